@@ -1,0 +1,250 @@
+//! Command-line definitions (clap). Names and flags follow the shared
+//! contract exactly; new flags may be added, none renamed or dropped.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Boot and drive the Kore LLM appliance.
+#[derive(Debug, Parser)]
+#[command(name = "kore-launch", version, about)]
+pub struct Cli {
+    /// More logging on stderr (-v info, -vv debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// The command; with none, boot the default pack and open the chat.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// All `kore-launch` commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Raw completion of a prompt (no chat template).
+    Generate(GenerateArgs),
+    /// Chat with the model: interactive, or one-shot with -p.
+    Chat(ChatArgs),
+    /// Tokenize text with the model's tokenizer.
+    Tokenize(TokenizeArgs),
+    /// Run a JSONL file of requests.
+    Batch(BatchArgs),
+    /// Measure prefill/decode speed against the machine's memory bandwidth.
+    Bench(BenchArgs),
+    /// Build, verify and inspect model packs.
+    #[command(subcommand)]
+    Pack(PackCommand),
+    /// Start a background appliance.
+    Up(UpArgs),
+    /// Stop the background appliance.
+    Down,
+    /// Describe the background appliance.
+    Status(JsonFlag),
+    /// Prepare the host (hugepages, SR-IOV VF for VFIO).
+    Setup(SetupArgs),
+    /// Check the host and say how to fix each problem.
+    Doctor(JsonFlag),
+}
+
+/// `--json`: print one JSON object as the last line of stdout.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct JsonFlag {
+    /// Print a JSON object as the last line of stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Sampling and drafting options shared by generate, chat and batch.
+#[derive(Debug, Args, Clone)]
+pub struct SamplingArgs {
+    /// Maximum number of tokens to generate.
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// Nucleus sampling threshold.
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// Keep only the K most likely tokens.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Drop tokens below this fraction of the top token's probability.
+    #[arg(long)]
+    pub min_p: Option<f32>,
+    /// RNG seed for sampling.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Draft tokens per step with the MTP head (0 turns drafting off).
+    #[arg(long)]
+    pub mtp: Option<usize>,
+}
+
+/// Arguments of `generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Run the engine in-process on the host instead of in the guest.
+    #[arg(long)]
+    pub native: bool,
+    /// Pack directory or Hugging Face model directory (default: model-packs/tiny).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The prompt text.
+    #[arg(long, conflicts_with = "prompt_ids", required_unless_present = "prompt_ids")]
+    pub prompt: Option<String>,
+    /// The prompt as comma-separated token ids.
+    #[arg(long, value_delimiter = ',')]
+    pub prompt_ids: Option<Vec<u32>>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// Arguments of `chat`.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Run the engine in-process on the host instead of in the guest.
+    #[arg(long)]
+    pub native: bool,
+    /// Pack directory or Hugging Face model directory (default: model-packs/tiny).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Answer this prompt once and exit.
+    #[arg(short = 'p', long = "prompt")]
+    pub prompt: Option<String>,
+    /// Thinking mode.
+    #[arg(long, value_enum)]
+    pub thinking: Option<OnOff>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
+}
+
+/// Arguments of `tokenize`.
+#[derive(Debug, Args)]
+pub struct TokenizeArgs {
+    /// Pack directory or Hugging Face model directory (default: model-packs/tiny).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Text to tokenize.
+    #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+    pub text: Option<String>,
+    /// File whose contents to tokenize.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// Arguments of `batch`.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// Input JSONL file (`-` for stdin).
+    pub input: PathBuf,
+    /// Output JSONL file (`-` for stdout).
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: usize,
+    /// Run the engine in-process on the host instead of in the guest.
+    #[arg(long)]
+    pub native: bool,
+    /// Pack directory or Hugging Face model directory (default: model-packs/tiny).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+}
+
+/// Arguments of `bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Run the engine in-process on the host instead of in the guest.
+    #[arg(long)]
+    pub native: bool,
+    /// Pack directory or Hugging Face model directory (default: model-packs/tiny).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Draft tokens per step with the MTP head (0 turns drafting off).
+    #[arg(long)]
+    pub mtp: Option<usize>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `pack` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PackCommand {
+    /// Import a Hugging Face checkpoint (bf16/f32 or ModelOpt NVFP4) as a pack.
+    Import(PackImportArgs),
+    /// Check a pack's checksums, shapes and config; non-zero on any defect.
+    Verify {
+        /// The pack directory.
+        pack: PathBuf,
+    },
+    /// Show a pack's tensors, sizes and quantization.
+    Inspect {
+        /// The pack directory.
+        pack: PathBuf,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Write a pack with a preset's exact shapes and random NVFP4 weights.
+    Synth {
+        /// qwen3.5-0.8b, qwen3.5-2b, qwen3.5-4b, qwen3.5-9b or qwen3.5-27b.
+        #[arg(long)]
+        preset: String,
+        /// Output pack directory.
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+}
+
+/// Arguments of `pack import`.
+#[derive(Debug, Args)]
+pub struct PackImportArgs {
+    /// Hugging Face model directory.
+    pub hf_dir: PathBuf,
+    /// Output pack directory.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+    /// Weight format for the quantizable linears.
+    #[arg(long, value_enum, default_value_t = Quant::Nvfp4)]
+    pub quant: Quant,
+}
+
+/// Quantization choice for `pack import`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Quant {
+    /// NVIDIA ModelOpt NVFP4 (E2M1 + E4M3 block scales of 16 + global scale).
+    Nvfp4,
+    /// Keep bf16.
+    Bf16,
+}
+
+/// Arguments of `up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Pack directory or Hugging Face model directory (default: model-packs/tiny).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+}
+
+/// Arguments of `setup`.
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// Print the changes without making them.
+    #[arg(long)]
+    pub dry_run: bool,
+}

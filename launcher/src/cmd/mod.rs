@@ -1,0 +1,25 @@
+//! One module per command; `run` dispatches.
+
+use crate::cli::{Cli, Command};
+use crate::error::{LaunchError, Result};
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        None => Err(not_yet("chat (default command)")),
+        Some(Command::Generate(_)) => Err(not_yet("generate")),
+        Some(Command::Chat(_)) => Err(not_yet("chat")),
+        Some(Command::Tokenize(_)) => Err(not_yet("tokenize")),
+        Some(Command::Batch(_)) => Err(not_yet("batch")),
+        Some(Command::Bench(_)) => Err(not_yet("bench")),
+        Some(Command::Pack(_)) => Err(not_yet("pack")),
+        Some(Command::Up(_)) | Some(Command::Down) | Some(Command::Status(_)) => {
+            Err(not_yet("up/down/status"))
+        }
+        Some(Command::Setup(_)) | Some(Command::Doctor(_)) => Err(not_yet("setup/doctor")),
+    }
+}
+
+fn not_yet(what: &str) -> LaunchError {
+    LaunchError::Other(format!("`{what}` is not available in this build yet"))
+}

@@ -1,0 +1,39 @@
+//! The launcher's error type: one line for the user, and an exit code.
+
+/// Everything that can make a `kore-launch` command fail.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// Wrong or inconsistent command-line usage.
+    #[error("{0}")]
+    Usage(String),
+    /// A model directory or pack could not be loaded.
+    #[error("{0}")]
+    Model(String),
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file involved.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Any other failure, already phrased for the user.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl LaunchError {
+    /// The process exit code for this error (documented in docs/user-guide.md).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            LaunchError::Usage(_) => 2,
+            LaunchError::Model(_) => 3,
+            LaunchError::Io { .. } => 4,
+            LaunchError::Other(_) => 1,
+        }
+    }
+}
+
+/// Result alias for launcher commands.
+pub type Result<T> = std::result::Result<T, LaunchError>;

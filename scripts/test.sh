@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The project's test command (README): builds everything and runs every test.
+# Tests that need KVM or hugepages run here too; as root this script reserves
+# the hugepages they need.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Hugepages for the VMM tests (2 MiB pages); harmless when already reserved.
+if [ "$(id -u)" = 0 ] && [ -w /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages ]; then
+  want=${KORE_TEST_HUGEPAGES:-1024}
+  have=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)
+  if [ "$have" -lt "$want" ]; then
+    echo "$want" > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+  fi
+fi
+
+cargo test --workspace --release --locked

@@ -1,0 +1,3 @@
+//! The boot ABI between the Kore VMM and the Kore guest kernel: fixed
+//! guest-physical layout and the versioned boot-info block.
+#![no_std]
