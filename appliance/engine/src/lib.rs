@@ -1,5 +1,37 @@
 //! Kore inference engine: the Qwen3.5 dense text model (Gated DeltaNet + gated
 //! full attention), `no_std + alloc` at its core so the same code runs in the
 //! Kore guest and natively on the host.
+//!
+//! - [`config`]: `ModelConfig` from a Hugging Face `config.json`.
+//! - [`tensor`], [`safetensors`], [`source`]: borrowed tensors and where they come from.
+//! - [`weights`]: `Linear` (F32/BF16/F16/NVFP4), borrowed in place.
+//! - [`kernels`]: the matrix products (one place to speed up).
+//! - [`model`]: the forward pass; [`state`]: per-sequence caches.
+//! - [`sampling`], [`generate`]: token selection and the generation loop.
+//! - [`hf`] (feature `std`): memory-mapped Hugging Face model directories.
 #![cfg_attr(not(feature = "std"), no_std)]
+// `is_multiple_of` needs Rust 1.87; the workspace supports 1.85.
+#![allow(clippy::manual_is_multiple_of)]
 extern crate alloc;
+
+pub mod config;
+pub mod generate;
+#[cfg(feature = "std")]
+pub mod hf;
+pub mod kernels;
+pub mod model;
+pub mod ops;
+pub mod safetensors;
+pub mod sampling;
+pub mod source;
+pub mod state;
+pub mod tensor;
+pub mod weights;
+
+pub use config::{ConfigError, LayerKind, ModelConfig};
+pub use generate::{generate, GenerateOptions, Generation, StopReason};
+pub use model::{ForwardError, LoadError, Logits, Model};
+pub use sampling::{Sampler, SamplingParams};
+pub use state::State;
+pub use tensor::{DType, TensorSource, TensorView};
+pub use weights::{Linear, WeightError};

@@ -1,0 +1,395 @@
+//! The Qwen3.5 dense text model: weights borrowed from a `TensorSource` and
+//! one readable forward pass over a batch of tokens of one sequence.
+//!
+//! ```text
+//! x = embed(tokens)                                  [T, H]
+//! for each layer:
+//!     x += mixer(rmsnorm_1p(x))   (DeltaNet or gated attention, per layer_types)
+//!     x += mlp(rmsnorm_1p(x))     (SwiGLU)
+//! h = rmsnorm_1p(x)                                  [T, H]  (kept for MTP)
+//! logits = lm_head(h)                                [T, V]  (last or all rows)
+//! ```
+
+mod attention;
+mod deltanet;
+
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+
+pub use attention::Attention;
+pub use deltanet::DeltaNet;
+
+use crate::config::{ConfigError, LayerKind, ModelConfig};
+use crate::kernels::matmul;
+use crate::ops::{rms_norm_1p_rows, rope_inv_freq, silu};
+use crate::state::{LayerState, State};
+use crate::tensor::TensorSource;
+use crate::weights::{Linear, WeightError, WeightLoader};
+
+/// Loading a model failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    /// The config is unusable.
+    Config(ConfigError),
+    /// A weight is missing or has the wrong shape or dtype.
+    Weights(WeightError),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Config(e) => write!(f, "config: {e}"),
+            LoadError::Weights(e) => e.fmt(f),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for LoadError {}
+
+impl From<WeightError> for LoadError {
+    fn from(e: WeightError) -> Self {
+        LoadError::Weights(e)
+    }
+}
+
+/// A forward call was given input it cannot run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwardError {
+    /// No tokens.
+    Empty,
+    /// A token id is not below the vocabulary size.
+    TokenOutOfRange {
+        /// The offending id.
+        token: u32,
+        /// The model's vocabulary size.
+        vocab_size: usize,
+    },
+    /// The sequence would exceed `max_position_embeddings`.
+    ContextFull {
+        /// Positions the call needs.
+        needed: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The state was made for a different model.
+    StateMismatch,
+}
+
+impl fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ForwardError::Empty => write!(f, "no input tokens"),
+            ForwardError::TokenOutOfRange { token, vocab_size } => {
+                write!(f, "token id {token} is outside the vocabulary (size {vocab_size}; valid ids are 0..{vocab_size})")
+            }
+            ForwardError::ContextFull { needed, max } => {
+                write!(f, "sequence of {needed} tokens exceeds the model's context of {max}")
+            }
+            ForwardError::StateMismatch => {
+                write!(f, "sequence state does not belong to this model")
+            }
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ForwardError {}
+
+/// SwiGLU MLP weights.
+#[derive(Debug)]
+pub struct Mlp<'a> {
+    /// `[intermediate, hidden]`.
+    pub gate_proj: Linear<'a>,
+    /// `[intermediate, hidden]`.
+    pub up_proj: Linear<'a>,
+    /// `[hidden, intermediate]`.
+    pub down_proj: Linear<'a>,
+}
+
+/// Token mixer of a layer.
+#[derive(Debug)]
+pub enum Mixer<'a> {
+    /// Gated DeltaNet.
+    Linear(DeltaNet<'a>),
+    /// Gated full attention.
+    Full(Attention<'a>),
+}
+
+/// One decoder layer.
+#[derive(Debug)]
+pub struct Layer<'a> {
+    /// (1+w) RMSNorm before the mixer.
+    pub input_norm: Vec<f32>,
+    /// (1+w) RMSNorm before the MLP.
+    pub post_attention_norm: Vec<f32>,
+    /// The token mixer.
+    pub mixer: Mixer<'a>,
+    /// The MLP.
+    pub mlp: Mlp<'a>,
+}
+
+/// The multi-token-prediction head's weights (`mtp.*`); carried for the MTP
+/// drafter, not used by the trunk's forward.
+#[derive(Debug)]
+pub struct MtpWeights<'a> {
+    /// `mtp.fc`: `[hidden, 2*hidden]` over `concat(norm_e(embed), norm_h(hidden))`.
+    pub fc: Linear<'a>,
+    /// `mtp.pre_fc_norm_embedding` (1+w).
+    pub pre_fc_norm_embedding: Vec<f32>,
+    /// `mtp.pre_fc_norm_hidden` (1+w).
+    pub pre_fc_norm_hidden: Vec<f32>,
+    /// `mtp.layers.0`: one full-attention decoder layer.
+    pub layer: Layer<'a>,
+    /// `mtp.norm` (1+w).
+    pub norm: Vec<f32>,
+}
+
+/// A loaded Qwen3.5 dense text model borrowing its weights for `'a`.
+#[derive(Debug)]
+pub struct Model<'a> {
+    /// The configuration the weights were checked against.
+    pub config: ModelConfig,
+    /// `[vocab, hidden]`.
+    pub embed_tokens: Linear<'a>,
+    /// Decoder layers.
+    pub layers: Vec<Layer<'a>>,
+    /// Final (1+w) RMSNorm.
+    pub norm: Vec<f32>,
+    /// `[vocab, hidden]` (the embedding when tied).
+    pub lm_head: Linear<'a>,
+    /// MTP head weights when the checkpoint has them.
+    pub mtp: Option<MtpWeights<'a>>,
+    inv_freq: Vec<f32>,
+}
+
+/// Which positions' logits a forward returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last position: `[vocab]`.
+    Last,
+    /// Every position: `[T, vocab]`.
+    All,
+}
+
+impl<'a> Model<'a> {
+    /// Loads and checks every weight the config implies from `src`.
+    pub fn load<S: TensorSource + ?Sized>(
+        config: ModelConfig,
+        src: &'a S,
+    ) -> Result<Self, LoadError> {
+        config.validate().map_err(LoadError::Config)?;
+        let w = WeightLoader::new(src);
+        let (v, h) = (config.vocab_size, config.hidden_size);
+        let embed_tokens = w.dense("model.embed_tokens.weight", v, h)?;
+        let mut layers = Vec::with_capacity(config.num_layers());
+        for (i, kind) in config.layer_types.iter().enumerate() {
+            layers.push(load_layer(&w, &config, &format!("model.layers.{i}"), *kind)?);
+        }
+        let norm = w.vector("model.norm.weight", h)?;
+        let lm_head =
+            if config.tie_word_embeddings { embed_tokens } else { w.linear("lm_head", v, h)? };
+        let mtp = if w.has("mtp.fc.weight") { Some(load_mtp(&w, &config)?) } else { None };
+        let inv_freq = rope_inv_freq(config.rope_theta, config.rotary_dim);
+        Ok(Model { config, embed_tokens, layers, norm, lm_head, mtp, inv_freq })
+    }
+
+    /// A fresh sequence state for this model.
+    pub fn new_state(&self) -> State {
+        State::new(&self.config)
+    }
+
+    /// Bytes of weights one decode step reads (all layers plus lm_head).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let mlp = |m: &Mlp<'_>| {
+            m.gate_proj.weight_bytes() + m.up_proj.weight_bytes() + m.down_proj.weight_bytes()
+        };
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                mlp(&l.mlp)
+                    + match &l.mixer {
+                        Mixer::Linear(d) => {
+                            [&d.in_proj_qkv, &d.in_proj_z, &d.in_proj_b, &d.in_proj_a, &d.out_proj]
+                                .iter()
+                                .map(|x| x.weight_bytes())
+                                .sum::<usize>()
+                        }
+                        Mixer::Full(a) => [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]
+                            .iter()
+                            .map(|x| x.weight_bytes())
+                            .sum(),
+                    }
+            })
+            .sum();
+        layers + self.lm_head.weight_bytes()
+    }
+
+    /// Runs `tokens` through the model, extending `state`, and returns logits
+    /// for the last position (`[vocab]`) or all positions (`[T, vocab]`).
+    /// On error nothing in `state` has changed.
+    pub fn forward(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        which: Logits,
+    ) -> Result<Vec<f32>, ForwardError> {
+        let hidden = self.forward_hidden(state, tokens)?;
+        let h = self.config.hidden_size;
+        Ok(match which {
+            Logits::Last => self.logits(&hidden[hidden.len() - h..]),
+            Logits::All => self.logits(&hidden),
+        })
+    }
+
+    /// lm_head over rows of final-normed hidden states (`[n, hidden]` -> `[n, vocab]`).
+    pub fn logits(&self, hidden: &[f32]) -> Vec<f32> {
+        let n = hidden.len() / self.config.hidden_size;
+        let mut out = vec![0.0; n * self.config.vocab_size];
+        matmul(&self.lm_head, hidden, n, &mut out);
+        out
+    }
+
+    /// Runs `tokens` through the trunk and returns the final-normed hidden
+    /// states `[T, hidden]` (the last row is also kept in the state for MTP).
+    pub fn forward_hidden(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, ForwardError> {
+        self.check_input(state, tokens)?;
+        let cfg = &self.config;
+        let (t, h) = (tokens.len(), cfg.hidden_size);
+        let mut x = vec![0.0; t * h]; // [T, H]
+        for (row, &tok) in x.chunks_exact_mut(h).zip(tokens) {
+            self.embed_tokens.decode_row(tok as usize, row);
+        }
+        let pos0 = state.pos;
+        for (layer, ls) in self.layers.iter().zip(state.layers.iter_mut()) {
+            let mut hn = x.clone();
+            rms_norm_1p_rows(&mut hn, &layer.input_norm, cfg.rms_norm_eps);
+            let mixed = match (&layer.mixer, ls) {
+                (Mixer::Linear(d), LayerState::Linear { conv, recurrent }) => {
+                    d.forward(cfg, &hn, t, conv, recurrent)
+                }
+                (Mixer::Full(a), LayerState::Full { k, v }) => {
+                    a.forward(cfg, &self.inv_freq, &hn, t, pos0, k, v)
+                }
+                _ => unreachable!("state layout checked in check_input"),
+            };
+            add(&mut x, &mixed);
+            let mut hn = x.clone();
+            rms_norm_1p_rows(&mut hn, &layer.post_attention_norm, cfg.rms_norm_eps);
+            add(&mut x, &mlp_forward(&layer.mlp, &hn, t));
+        }
+        rms_norm_1p_rows(&mut x, &self.norm, cfg.rms_norm_eps);
+        state.pos += t;
+        state.last_hidden.copy_from_slice(&x[(t - 1) * h..]);
+        Ok(x)
+    }
+
+    /// Validates tokens and state before anything is mutated.
+    fn check_input(&self, state: &State, tokens: &[u32]) -> Result<(), ForwardError> {
+        let cfg = &self.config;
+        if tokens.is_empty() {
+            return Err(ForwardError::Empty);
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            return Err(ForwardError::TokenOutOfRange { token: bad, vocab_size: cfg.vocab_size });
+        }
+        let needed = state.pos + tokens.len();
+        if needed > cfg.max_position_embeddings {
+            return Err(ForwardError::ContextFull { needed, max: cfg.max_position_embeddings });
+        }
+        let matches = state.layers.len() == self.layers.len()
+            && state.last_hidden.len() == cfg.hidden_size
+            && self.layers.iter().zip(&state.layers).all(|(l, s)| match (&l.mixer, s) {
+                (Mixer::Linear(_), LayerState::Linear { conv, recurrent }) => {
+                    conv.len() == (cfg.linear_conv_kernel_dim - 1) * cfg.linear_conv_dim()
+                        && recurrent.len()
+                            == cfg.linear_num_value_heads
+                                * cfg.linear_key_head_dim
+                                * cfg.linear_value_head_dim
+                }
+                (Mixer::Full(_), LayerState::Full { k, v }) => {
+                    let n = state.pos * cfg.num_key_value_heads * cfg.head_dim;
+                    k.len() == n && v.len() == n
+                }
+                _ => false,
+            });
+        if !matches {
+            return Err(ForwardError::StateMismatch);
+        }
+        Ok(())
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// SwiGLU: `down(silu(gate(x)) * up(x))` over `[T, hidden]`.
+fn mlp_forward(m: &Mlp<'_>, x: &[f32], t: usize) -> Vec<f32> {
+    let inter = m.gate_proj.rows();
+    let mut g = vec![0.0; t * inter];
+    let mut u = vec![0.0; t * inter];
+    matmul(&m.gate_proj, x, t, &mut g);
+    matmul(&m.up_proj, x, t, &mut u);
+    for (g, u) in g.iter_mut().zip(&u) {
+        *g = silu(*g) * u;
+    }
+    let mut y = vec![0.0; t * m.down_proj.rows()];
+    matmul(&m.down_proj, &g, t, &mut y);
+    y
+}
+
+fn load_mlp<'a, S: TensorSource + ?Sized>(
+    w: &WeightLoader<'a, S>,
+    cfg: &ModelConfig,
+    p: &str,
+) -> Result<Mlp<'a>, WeightError> {
+    let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+    Ok(Mlp {
+        gate_proj: w.linear(&format!("{p}.gate_proj"), i, h)?,
+        up_proj: w.linear(&format!("{p}.up_proj"), i, h)?,
+        down_proj: w.linear(&format!("{p}.down_proj"), h, i)?,
+    })
+}
+
+fn load_layer<'a, S: TensorSource + ?Sized>(
+    w: &WeightLoader<'a, S>,
+    cfg: &ModelConfig,
+    p: &str,
+    kind: LayerKind,
+) -> Result<Layer<'a>, WeightError> {
+    let h = cfg.hidden_size;
+    let mixer = match kind {
+        LayerKind::Linear => Mixer::Linear(DeltaNet::load(w, cfg, &format!("{p}.linear_attn"))?),
+        LayerKind::Full => Mixer::Full(Attention::load(w, cfg, &format!("{p}.self_attn"))?),
+    };
+    Ok(Layer {
+        input_norm: w.vector(&format!("{p}.input_layernorm.weight"), h)?,
+        post_attention_norm: w.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+        mixer,
+        mlp: load_mlp(w, cfg, &format!("{p}.mlp"))?,
+    })
+}
+
+fn load_mtp<'a, S: TensorSource + ?Sized>(
+    w: &WeightLoader<'a, S>,
+    cfg: &ModelConfig,
+) -> Result<MtpWeights<'a>, WeightError> {
+    let h = cfg.hidden_size;
+    Ok(MtpWeights {
+        fc: w.linear("mtp.fc", h, 2 * h)?,
+        pre_fc_norm_embedding: w.vector("mtp.pre_fc_norm_embedding.weight", h)?,
+        pre_fc_norm_hidden: w.vector("mtp.pre_fc_norm_hidden.weight", h)?,
+        layer: load_layer(w, cfg, "mtp.layers.0", LayerKind::Full)?,
+        norm: w.vector("mtp.norm.weight", h)?,
+    })
+}

@@ -1,0 +1,95 @@
+//! Small element-wise and per-row operations of the Qwen3.5 model, in f32.
+
+/// SiLU: `x * sigmoid(x)`.
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + libm::expf(-x))
+}
+
+/// Logistic sigmoid.
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + libm::expf(-x))
+}
+
+/// Softplus as torch computes it (beta 1, threshold 20).
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        libm::log1pf(libm::expf(x))
+    }
+}
+
+/// `1 / sqrt(mean(x^2) + eps)`.
+pub fn inv_rms(x: &[f32], eps: f32) -> f32 {
+    let ss: f32 = x.iter().map(|v| v * v).sum();
+    1.0 / libm::sqrtf(ss / x.len() as f32 + eps)
+}
+
+/// Qwen3.5's zero-centred RMSNorm in place: `x * rsqrt(mean(x^2)+eps) * (1 + w)`.
+pub fn rms_norm_1p(x: &mut [f32], w: &[f32], eps: f32) {
+    let s = inv_rms(x, eps);
+    for (v, w) in x.iter_mut().zip(w) {
+        *v = *v * s * (1.0 + w);
+    }
+}
+
+/// [`rms_norm_1p`] applied to each `w.len()`-wide row of `x`.
+pub fn rms_norm_1p_rows(x: &mut [f32], w: &[f32], eps: f32) {
+    for row in x.chunks_exact_mut(w.len()) {
+        rms_norm_1p(row, w, eps);
+    }
+}
+
+/// The DeltaNet output norm in place: `w * rmsnorm(x) * silu(z)` (plain `w`).
+pub fn rms_norm_gated(x: &mut [f32], z: &[f32], w: &[f32], eps: f32) {
+    let s = inv_rms(x, eps);
+    for ((v, w), z) in x.iter_mut().zip(w).zip(z) {
+        *v = w * (*v * s) * silu(*z);
+    }
+}
+
+/// L2-normalises `x` in place: `x / sqrt(sum(x^2) + eps)`.
+pub fn l2_norm(x: &mut [f32], eps: f32) {
+    let ss: f32 = x.iter().map(|v| v * v).sum();
+    let s = 1.0 / libm::sqrtf(ss + eps);
+    for v in x {
+        *v *= s;
+    }
+}
+
+/// Softmax in place (numerically stable).
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = libm::expf(*v - max);
+        sum += *v;
+    }
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}
+
+/// Rotary position embedding, rotate-half convention, on the first
+/// `2 * inv_freq.len()` dims of `x` (the rest pass through).
+pub fn rope(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
+    let half = inv_freq.len();
+    let p = pos as f32;
+    for (i, f) in inv_freq.iter().enumerate() {
+        let angle = p * f;
+        let (s, c) = (libm::sinf(angle), libm::cosf(angle));
+        let (a, b) = (x[i], x[i + half]);
+        x[i] = a * c - b * s;
+        x[i + half] = b * c + a * s;
+    }
+}
+
+/// RoPE inverse frequencies for `rotary_dim` dims: `1 / theta^(2i / rotary_dim)`.
+pub fn rope_inv_freq(theta: f64, rotary_dim: usize) -> alloc::vec::Vec<f32> {
+    (0..rotary_dim / 2)
+        .map(|i| {
+            let e = (2 * i) as f32 / rotary_dim as f32;
+            (1.0 / libm::pow(theta, e as f64)) as f32
+        })
+        .collect()
+}

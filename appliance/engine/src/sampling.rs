@@ -1,0 +1,202 @@
+//! Token selection: greedy, or temperature sampling with top-k, top-p and
+//! min-p filters, driven by a small seeded RNG (SplitMix64) so runs repeat.
+
+use alloc::vec::Vec;
+
+/// How to pick the next token.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 (or less) is greedy; otherwise logits are divided by it.
+    pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens (0 = no limit).
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probability reaches `top_p` (1 = all).
+    pub top_p: f32,
+    /// Drop tokens whose probability is below `min_p` times the top one (0 = off).
+    pub min_p: f32,
+    /// RNG seed.
+    pub seed: u64,
+}
+
+impl SamplingParams {
+    /// Greedy decoding (argmax; the first index wins ties, as in torch).
+    pub fn greedy() -> Self {
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0 }
+    }
+
+    /// Whether this is greedy decoding.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature.is_nan() || self.temperature <= 0.0
+    }
+}
+
+/// SplitMix64: tiny, fast, good enough for sampling, and reproducible.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// Picks tokens from logits according to [`SamplingParams`].
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: Rng,
+}
+
+/// Index of the largest value; NaN never wins; the first maximum wins ties.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best as u32
+}
+
+impl Sampler {
+    /// A sampler with its own RNG seeded from `params.seed`.
+    pub fn new(params: SamplingParams) -> Self {
+        Sampler { params, rng: Rng::new(params.seed) }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Picks the next token from `logits` (`[vocab]`).
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let p = self.params;
+        if p.is_greedy() {
+            return argmax(logits);
+        }
+        // Candidates sorted by logit, best first (NaN excluded).
+        let mut cand: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_nan())
+            .map(|(i, &v)| (i as u32, v))
+            .collect();
+        if cand.is_empty() {
+            return 0;
+        }
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if p.top_k > 0 && p.top_k < cand.len() {
+            cand.select_nth_unstable_by(p.top_k - 1, by_logit);
+            cand.truncate(p.top_k);
+        }
+        cand.sort_unstable_by(by_logit);
+        // Softmax with temperature.
+        let max = cand[0].1;
+        let mut probs: Vec<f64> =
+            cand.iter().map(|c| libm::exp(((c.1 - max) / p.temperature) as f64)).collect();
+        normalize(&mut probs);
+        let mut keep = probs.len();
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            for (i, q) in probs.iter().enumerate() {
+                acc += q;
+                if acc >= p.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        if p.min_p > 0.0 {
+            let floor = probs[0] * p.min_p as f64;
+            keep = keep.min(probs.iter().take_while(|&&q| q >= floor).count().max(1));
+        }
+        probs.truncate(keep.max(1));
+        normalize(&mut probs);
+        let u = self.rng.next_f64();
+        let mut acc = 0.0;
+        for (i, q) in probs.iter().enumerate() {
+            acc += q;
+            if u < acc {
+                return cand[i].0;
+            }
+        }
+        cand[probs.len() - 1].0
+    }
+}
+
+fn normalize(p: &mut [f64]) {
+    let s: f64 = p.iter().sum();
+    if s > 0.0 {
+        p.iter_mut().for_each(|q| *q /= s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(temperature: f32, top_k: usize, top_p: f32, min_p: f32) -> SamplingParams {
+        SamplingParams { temperature, top_k, top_p, min_p, seed: 42 }
+    }
+
+    #[test]
+    fn greedy_picks_first_max_and_skips_nan() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, f32::NAN]), 1);
+        assert_eq!(argmax(&[f32::NAN, -1.0]), 1);
+        assert_eq!(Sampler::new(SamplingParams::greedy()).sample(&[0.0, 2.0, 1.0]), 1);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_filters_bound_choices() {
+        let logits = [0.1, 2.0, 1.9, -5.0, 1.8];
+        let mut s = Sampler::new(params(1.0, 1, 1.0, 0.0));
+        for _ in 0..50 {
+            assert_eq!(s.sample(&logits), 1);
+        }
+        let mut s = Sampler::new(params(1.0, 3, 1.0, 0.0));
+        for _ in 0..200 {
+            assert!([1, 2, 4].contains(&s.sample(&logits)));
+        }
+        // top_p small keeps only the best token.
+        let mut s = Sampler::new(params(1.0, 0, 0.01, 0.0));
+        assert!((0..50).all(|_| s.sample(&logits) == 1));
+        // min_p 0.5 drops tokens far below the best.
+        let mut s = Sampler::new(params(1.0, 0, 1.0, 0.5));
+        assert!((0..200).all(|_| s.sample(&logits) != 3 && s.sample(&logits) != 0));
+    }
+
+    #[test]
+    fn sampling_follows_the_distribution_and_repeats_with_the_seed() {
+        let logits = [0.0f32, (3.0f32).ln()]; // probabilities 1/4, 3/4
+        let mut s = Sampler::new(params(1.0, 0, 1.0, 0.0));
+        let ones = (0..4000).filter(|_| s.sample(&logits) == 1).count();
+        assert!((2800..3200).contains(&ones), "{ones}");
+        let a: Vec<u32> = {
+            let mut s = Sampler::new(params(0.8, 0, 1.0, 0.0));
+            (0..20).map(|_| s.sample(&logits)).collect()
+        };
+        let b: Vec<u32> = {
+            let mut s = Sampler::new(params(0.8, 0, 1.0, 0.0));
+            (0..20).map(|_| s.sample(&logits)).collect()
+        };
+        assert_eq!(a, b);
+    }
+}
