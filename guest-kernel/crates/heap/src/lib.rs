@@ -246,7 +246,7 @@ impl Inner {
             cur = unsafe { (*(cur as *const Run)).next };
         }
         let (start, mut len, mut next) = (addr, size, cur);
-        // SAFETY (block): `cur` and `prev` are free run headers; `addr` is ours to write.
+        // SAFETY: `cur` and `prev` are free run headers; `addr` is ours to write.
         unsafe {
             if cur != 0 && addr + size == cur {
                 len += (*(cur as *const Run)).size;

@@ -89,14 +89,14 @@ impl QueueAddrs {
     pub const fn footprint(size: u16) -> usize {
         let n = size as usize;
         let avail_end = 16 * n + 6 + 2 * n;
-        (avail_end + 3) / 4 * 4 + 6 + 8 * n
+        avail_end.div_ceil(4) * 4 + 6 + 8 * n
     }
 
     /// The three areas packed one after another from `base` (16-byte aligned).
     pub const fn contiguous(base: u64, size: u16) -> Self {
         let n = size as u64;
         let avail = base + 16 * n;
-        let used = (avail + 6 + 2 * n + 3) / 4 * 4;
+        let used = (avail + 6 + 2 * n).div_ceil(4) * 4;
         Self { desc: base, avail, used }
     }
 }
@@ -124,7 +124,10 @@ impl SplitQueue {
         if size == 0 || !size.is_power_of_two() || size > 32768 {
             return Err(Error::BadSize);
         }
-        if addrs.desc % 16 != 0 || addrs.avail % 2 != 0 || addrs.used % 4 != 0 {
+        if !addrs.desc.is_multiple_of(16)
+            || !addrs.avail.is_multiple_of(2)
+            || !addrs.used.is_multiple_of(4)
+        {
             return Err(Error::Misaligned);
         }
         let n = size as usize;

@@ -31,7 +31,7 @@ fn buf(addr: u64, len: u32, writable: bool) -> Buffer {
 fn layout_matches_the_spec_sizes() {
     let a = QueueAddrs::contiguous(0x1000, 256);
     assert_eq!(a.avail, 0x1000 + 16 * 256);
-    assert_eq!(a.used, (a.avail + 6 + 512 + 3) / 4 * 4);
+    assert_eq!(a.used, (a.avail + 6 + 512).div_ceil(4) * 4);
     assert_eq!(QueueAddrs::footprint(256) as u64, a.used + 6 + 8 * 256 - 0x1000);
 }
 

@@ -1,0 +1,256 @@
+//! kore-demo: the image the boot test runs on our VMM.
+//!
+//! It checks, in ring 3 on every vCPU: the heap, the TSC clock, an AVX-512 loop (results
+//! compared with scalar code), a parallel job over all vCPUs (including workers woken from
+//! HLT by IPI), and (command line `echo=PORT`) echoes vsock data. The command line picks
+//! extra modes: `fault=pf` touches kernel memory (the test expects the exception report),
+//! `fault=panic` panics. Exit status 0 means every check passed; the console says what failed.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use kore_rt::{clock, println, smp};
+
+kore_rt::main!(main);
+
+fn main() -> u32 {
+    let info = kore_rt::boot_info();
+    let cmdline = core::str::from_utf8(info.cmdline()).unwrap_or("");
+    println!(
+        "kore-demo: ring 3 up, cpus={} tsc_khz={} cmdline={:?}",
+        kore_rt::cpu_count(),
+        clock::tsc_khz(),
+        cmdline
+    );
+    for arg in cmdline.split_ascii_whitespace() {
+        match arg {
+            "fault=pf" => {
+                // SAFETY: deliberately reads supervisor-only memory (the kernel image) to test
+                // the kernel's exception report; this faults and never returns.
+                let v =
+                    unsafe { (kore_rt::abi::layout::KERNEL_BASE as *const u64).read_volatile() };
+                println!("kore-demo: read kernel memory without a fault: {v:#x}");
+                return 1;
+            }
+            "fault=panic" => panic!("requested by the command line"),
+            _ => {}
+        }
+    }
+    let mut failures = 0;
+    let echo_port =
+        cmdline.split_ascii_whitespace().find_map(|a| a.strip_prefix("echo=")?.parse::<u32>().ok());
+    failures += check("heap", heap_check());
+    failures += check("clock", clock_check());
+    failures += check("avx512", avx512_check());
+    failures += check("parallel", parallel_check());
+    failures += check("kernel calls", kcall_check());
+    if let Some(port) = echo_port {
+        failures += check("vsock echo", echo(port));
+    }
+    println!("kore-demo: {} failure(s)", failures);
+    failures
+}
+
+fn check(name: &str, r: Result<(), &'static str>) -> u32 {
+    match r {
+        Ok(()) => {
+            println!("kore-demo: {name} ok");
+            0
+        }
+        Err(e) => {
+            println!("kore-demo: {name} FAILED: {e}");
+            1
+        }
+    }
+}
+
+fn heap_check() -> Result<(), &'static str> {
+    let mut v: Vec<u64> = Vec::new();
+    for i in 0..100_000u64 {
+        v.push(i * 3);
+    }
+    let big = alloc::vec![7u8; 64 << 20];
+    let sum: u64 = v.iter().sum();
+    if sum != 3 * (99_999 * 100_000 / 2)
+        || big.iter().map(|&b| b as u64).sum::<u64>() != 7 * (64 << 20)
+    {
+        return Err("wrong contents");
+    }
+    let s = kore_rt::HEAP.stats();
+    println!("kore-demo: heap total={} MiB in_use={} KiB", s.total >> 20, s.in_use >> 10);
+    Ok(())
+}
+
+fn clock_check() -> Result<(), &'static str> {
+    let t0 = clock::now_ns();
+    clock::spin_ns(1_000_000);
+    let dt = clock::now_ns() - t0;
+    if !(1_000_000..50_000_000).contains(&dt) {
+        return Err("1 ms spin did not take about 1 ms");
+    }
+    Ok(())
+}
+
+fn avx512_available() -> bool {
+    // cpuid is always available on x86-64 (it traps to the VMM here, ~5 µs).
+    let l7 = core::arch::x86_64::__cpuid_count(7, 0);
+    let l1 = core::arch::x86_64::__cpuid(1);
+    let osxsave = l1.ecx & (1 << 27) != 0;
+    // SAFETY: xgetbv(0) is valid when OSXSAVE is set.
+    let xcr0 = if osxsave { unsafe { core::arch::x86_64::_xgetbv(0) } } else { 0 };
+    l7.ebx & (1 << 16) != 0 && xcr0 & 0xe6 == 0xe6
+}
+
+#[target_feature(enable = "avx512f")]
+fn avx512_sum(data: &[f32]) -> f32 {
+    use core::arch::x86_64::*;
+    let mut acc = _mm512_setzero_ps();
+    let chunks = data.chunks_exact(16);
+    let tail: f32 = chunks.remainder().iter().map(|x| x * x).sum();
+    for c in chunks {
+        // SAFETY: `c` has exactly 16 floats.
+        let v = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+        acc = _mm512_fmadd_ps(v, v, acc);
+    }
+    _mm512_reduce_add_ps(acc) + tail
+}
+
+fn avx512_check() -> Result<(), &'static str> {
+    if !avx512_available() {
+        return Err("CPUID/XCR0 do not report AVX-512F (the VMM must pass the host's bits)");
+    }
+    let data: Vec<f32> = (0..100_003).map(|i| ((i % 97) as f32) * 0.25).collect();
+    let t0 = clock::ticks();
+    let mut got = 0.0;
+    for _ in 0..100 {
+        // SAFETY: AVX-512F is available (checked above).
+        got = unsafe { avx512_sum(core::hint::black_box(&data)) };
+    }
+    let ns = clock::ticks_to_ns(clock::ticks() - t0);
+    let want: f64 = data.iter().map(|&x| x as f64 * x as f64).sum();
+    println!("kore-demo: avx512 sum={got} want={want} ({} us for 100 passes)", ns / 1000);
+    if ((got as f64 - want) / want).abs() > 1e-4 {
+        return Err("AVX-512 result differs from scalar");
+    }
+    Ok(())
+}
+
+fn parallel_check() -> Result<(), &'static str> {
+    static HITS: AtomicU64 = AtomicU64::new(0);
+    let n = kore_rt::cpu_count();
+    for round in 0..3u64 {
+        if round == 2 {
+            // Let the workers fall asleep in HLT, so this round needs the wake IPIs.
+            clock::spin_ns(2 * smp::spin_ns() + 1_000_000);
+        }
+        HITS.store(0, Ordering::SeqCst);
+        let t0 = clock::ticks();
+        smp::parallel(&|i, count| {
+            // Each CPU also runs AVX-512 code on its own data.
+            let v: Vec<f32> = (0..4096).map(|k| (k + i) as f32).collect();
+            let s = if avx512_available() {
+                // SAFETY: checked just above.
+                unsafe { avx512_sum(&v) }
+            } else {
+                v.iter().map(|x| x * x).sum()
+            };
+            if s > 0.0 && count == n && kore_rt::cpu_id() == i && kore_rt::apic_id() == i {
+                HITS.fetch_or(1 << i, Ordering::SeqCst);
+            }
+        });
+        let us = clock::ticks_to_ns(clock::ticks() - t0) / 1000;
+        println!("kore-demo: parallel round {round}: {us} us");
+        if HITS.load(Ordering::SeqCst) != (1u64 << n) - 1 {
+            return Err("not every vCPU ran the job on its own CPU");
+        }
+    }
+    Ok(())
+}
+
+/// Serves one vsock connection on `port`: echoes everything until the peer closes.
+fn echo(port: u32) -> Result<(), &'static str> {
+    use kore_rt::vsock;
+    let mut dev = vsock::open().map_err(|_| "no usable virtio-vsock device")?;
+    dev.sockets.listen(port).map_err(|_| "listen failed")?;
+    println!("kore-demo: vsock cid={} listening on port {port}", dev.sockets.cid());
+    let mut conn = None;
+    vsock::run_until(&mut dev, |d| {
+        conn = d.sockets.accept();
+        conn.is_some()
+    })
+    .map_err(|_| "device error while accepting")?;
+    let id = conn.ok_or("no connection")?;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut total = 0usize;
+    let mut buf = alloc::vec![0u8; 64 * 1024];
+    let mut failed = false;
+    vsock::run_until(&mut dev, |d| {
+        loop {
+            match d.sockets.read(id, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => pending.extend_from_slice(&buf[..n]),
+                Err(_) => break,
+            }
+        }
+        while !pending.is_empty() {
+            match d.sockets.write(id, &pending) {
+                Ok(n) => {
+                    total += n;
+                    pending.drain(..n);
+                }
+                Err(vsock::Error::WouldBlock) => break,
+                Err(_) => {
+                    failed = true;
+                    return true;
+                }
+            }
+        }
+        pending.is_empty() && d.sockets.at_eof(id)
+    })
+    .map_err(|_| "device error while echoing")?;
+    d_close(&mut dev, id)?;
+    println!("kore-demo: echoed {total} bytes");
+    if failed {
+        return Err("connection closed before everything was echoed");
+    }
+    Ok(())
+}
+
+fn d_close(
+    dev: &mut kore_rt::vsock::Device,
+    id: kore_rt::vsock::ConnId,
+) -> Result<(), &'static str> {
+    dev.sockets.close(id);
+    // Flush the SHUTDOWN/RST out before exiting.
+    while dev.poll().map_err(|_| "device error while closing")? {}
+    Ok(())
+}
+
+fn kcall_check() -> Result<(), &'static str> {
+    use kore_rt::kcall;
+    const N: u64 = 200;
+    let t0 = clock::ticks();
+    for _ in 0..N {
+        if kcall::null_call() != kore_rt::abi::call::BAD_CALL {
+            return Err("unknown kernel call did not return BAD_CALL");
+        }
+    }
+    let per = clock::ticks_to_ns(clock::ticks() - t0) / N;
+    println!("kore-demo: int3 kernel-call round trip {} ns", per);
+    if !kcall::log(b"kore-demo: log through the kernel ok\n") {
+        return Err("log call refused user memory");
+    }
+    if kcall::log(unsafe_kernel_slice()) {
+        return Err("log call accepted kernel memory");
+    }
+    Ok(())
+}
+
+fn unsafe_kernel_slice() -> &'static [u8] {
+    // SAFETY: never dereferenced in ring 3; only passed to the kernel, which must refuse it.
+    unsafe { core::slice::from_raw_parts(kore_rt::abi::layout::KERNEL_BASE as *const u8, 16) }
+}
