@@ -14,4 +14,8 @@ if [ "$(id -u)" = 0 ] && [ -w /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugep
   fi
 fi
 
+# Guest kernel (its own workspace): host tests of its pure-logic crates, then the guest
+# images (kernel + boot-test image under target/guest/) that the VMM boot tests load.
+(cd guest-kernel && export CARGO_TARGET_DIR="$PWD/../target/guest" && cargo test --release --locked && ./build.sh)
+
 cargo test --workspace --release --locked
