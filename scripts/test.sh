@@ -18,4 +18,7 @@ fi
 # images (kernel + boot-test image under target/guest/) that the VMM boot tests load.
 (cd guest-kernel && export CARGO_TARGET_DIR="$PWD/../target/guest" && cargo test --release --locked && ./build.sh)
 
+# The real Qwen3.5 tokenizer.json the tokenizer tests compare against (generated, not committed).
+bash scripts/tokenizer/make_qwen_tokenizer.sh
+
 cargo test --workspace --release --locked
