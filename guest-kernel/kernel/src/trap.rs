@@ -1,9 +1,11 @@
 //! Entry stubs (assembly) and the exception report.
 //!
 //! * `kcall_entry` (vector 3, DPL 3): the `int3` kernel-call gate. Its paths are a handful of
-//!   instructions each because ring 0 is emulated: `WAIT` is `sti; hlt; cli; iretq`, `EXIT` an
+//!   instructions each because ring 0 is emulated: `WAIT` is `mov rcx, EOI; sti; hlt; cli; iretq`, `EXIT` an
 //!   `out`, `LOG` an `out` loop over user memory.
-//! * `irq_entry`: EOI to the local APIC and return; the interrupt's only job is to end a `hlt`.
+//! * `irq_entry`: EOI to the local APIC (any value written to the EOI register; its address is
+//!   in `rcx`, loaded by `WAIT`, the only code that runs with IF = 1) and return; the interrupt's
+//!   only job is to end a `hlt`.
 //! * `exc<N>`: push the vector (and a zero error code where the CPU pushes none), save all
 //!   registers and call [`exception`], which prints them with CR2 and ends the VM.
 
@@ -23,12 +25,14 @@ core::arch::global_asm!(
     "je 44f",
     "mov rax, -1",
     "iretq",
-    // wait: interrupts pending since the last wait end the hlt at once (sti shadow).
+    // wait: interrupts pending since the last wait end the hlt at once (sti shadow). This is
+    // the only place IF is 1, so every device/IPI interrupt lands here, with rcx = the EOI
+    // register for `kore_irq_entry` (rcx is a call clobber; the rax result is unused).
     "22:",
+    "mov rcx, {eoi}",
     "sti",
     "hlt",
     "cli",
-    "xor eax, eax",
     "iretq",
     // log(rdi = ptr, rsi = len): only user memory, no wrap-around.
     "33:",
@@ -66,10 +70,7 @@ core::arch::global_asm!(
     "",
     ".global kore_irq_entry",
     "kore_irq_entry:",
-    "push rax",
-    "xor eax, eax",
-    "movabs [{eoi}], eax",
-    "pop rax",
+    "mov dword ptr [rcx], ecx",
     "iretq",
     "",
     ".global kore_spurious_entry",
