@@ -1,0 +1,69 @@
+//! What the service needs from a tokenizer: encoding raw prompts, rendering
+//! chat messages through the model's template, and streaming decode. The real
+//! implementation wraps `kore-tokenizer`; tests use [`crate::fake::FakeCodec`].
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// Author of one chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Instructions for the assistant.
+    System,
+    /// The person chatting.
+    User,
+    /// An earlier answer of the model.
+    Assistant,
+}
+
+impl Role {
+    /// The role's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One message of a chat request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    /// Who wrote it.
+    pub role: Role,
+    /// What was written (plain text; special-token text is not special here).
+    pub content: String,
+}
+
+/// Incremental detokenizer: text comes out as soon as it forms complete UTF-8.
+pub trait StreamDecode {
+    /// Adds one token and returns the text it completes (maybe empty).
+    fn push(&mut self, id: u32) -> String;
+    /// Returns whatever is still buffered (incomplete UTF-8 becomes U+FFFD).
+    fn flush(&mut self) -> String;
+}
+
+/// Tokenizer and chat template of the served model.
+pub trait Codec {
+    /// The streaming decoder type.
+    type Decoder: StreamDecode;
+
+    /// Encodes a raw prompt as `tokenizers`' `encode(text)` would (special
+    /// tokens written in the text are recognised).
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+
+    /// Renders `messages` with the chat template plus the assistant generation
+    /// prompt, with thinking on or off; special tokens come only from the
+    /// template, never from message text.
+    fn render_chat(&self, messages: &[ChatMessage], thinking: bool) -> Result<Vec<u32>, String>;
+
+    /// A fresh streaming decoder.
+    fn decoder(&self) -> Self::Decoder;
+
+    /// Tokens that end generation (e.g. `<|im_end|>`, `<|endoftext|>`).
+    fn stop_ids(&self) -> &[u32];
+
+    /// The `<think>` and `</think>` token ids, if the model has them.
+    fn think_ids(&self) -> Option<(u32, u32)>;
+}

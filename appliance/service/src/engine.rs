@@ -1,0 +1,135 @@
+//! What the service needs from an inference engine and a clock: small traits
+//! so that the same scheduler drives the real engine in the guest, the real
+//! engine in-process on the host (`--native`), and fakes in tests.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::Serialize;
+
+/// Sampling and drafting parameters of one request, already validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenParams {
+    /// Upper bound on generated tokens (the service also enforces it).
+    pub max_tokens: u32,
+    /// Softmax temperature; `0.0` means greedy (argmax).
+    pub temperature: f32,
+    /// Nucleus sampling mass in `(0, 1]`; `1.0` disables it.
+    pub top_p: f32,
+    /// Keep only the `top_k` most likely tokens; `0` disables it.
+    pub top_k: u32,
+    /// Drop tokens below `min_p` times the top probability; `0.0` disables it.
+    pub min_p: f32,
+    /// Seed of the request's random stream.
+    pub seed: u64,
+    /// Draft tokens per step for multi-token prediction; `None` = engine default,
+    /// `Some(0)` = drafting off.
+    pub mtp: Option<u32>,
+}
+
+impl Default for GenParams {
+    fn default() -> Self {
+        Self {
+            max_tokens: u32::MAX,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            seed: 0,
+            mtp: None,
+        }
+    }
+}
+
+/// Static facts about the loaded model, reported by `{"op":"info"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EngineInfo {
+    /// Model name (e.g. the pack name).
+    pub model: String,
+    /// Maximum tokens (prompt + generated) one request may use.
+    pub context_limit: u32,
+    /// Vocabulary size; `prompt_ids` must be below it.
+    pub vocab_size: u32,
+}
+
+/// Why the engine refused or failed a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    /// A parameter the engine cannot honour (sent to the client as `bad_request`).
+    BadParams(String),
+    /// The prompt does not fit (sent as `prompt_too_long`).
+    PromptTooLong(String),
+    /// The operation is not available in this build (sent as `unsupported`).
+    Unsupported(String),
+    /// Anything else (sent as `internal`); the service keeps running.
+    Internal(String),
+}
+
+/// The inference engine as the scheduler drives it: one request at a time,
+/// one step per call, so that the caller can do I/O and notice cancellations
+/// between steps.
+pub trait Engine {
+    /// Model facts; called once when the service is created.
+    fn info(&self) -> EngineInfo;
+
+    /// Begins a request on `prompt` (never empty, and shorter than the context
+    /// limit). The engine may prefill here or spread prefill over `step` calls.
+    fn start(&mut self, prompt: &[u32], params: &GenParams) -> Result<(), EngineError>;
+
+    /// Advances the current request by one step, appending the tokens it
+    /// produced (0 while still prefilling; 1 + accepted drafts when decoding)
+    /// to `out`. A step should take bounded time (one prefill chunk or one
+    /// decode step) so cancellations are seen promptly.
+    fn step(&mut self, out: &mut Vec<u32>) -> Result<(), EngineError>;
+
+    /// Ends the current request (finished, cancelled or failed) and frees its
+    /// state. Called exactly once after every successful `start`.
+    fn finish(&mut self);
+
+    /// Runs the in-guest benchmark (`{"op":"bench"}`); blocks until done.
+    fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {
+        let _ = request;
+        Err(EngineError::Unsupported(String::from("this engine does not implement the benchmark")))
+    }
+}
+
+/// A monotonic clock in nanoseconds (TSC in the guest, `Instant` on the host).
+pub trait Clock {
+    /// Nanoseconds since an arbitrary fixed origin; never decreases.
+    fn now_ns(&self) -> u64;
+}
+
+/// Parameters of `{"op":"bench"}`; every field is optional on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BenchRequest {
+    /// Prompt length for the prefill measurement (`None` = engine default).
+    pub prompt_tokens: Option<u32>,
+    /// Tokens to decode for the decode measurement (`None` = engine default).
+    pub decode_tokens: Option<u32>,
+    /// Draft tokens per step (`None` = engine default, `Some(0)` = off).
+    pub mtp: Option<u32>,
+    /// Worker threads (`None` = all vCPUs).
+    pub threads: Option<u32>,
+}
+
+/// Benchmark results, field for field the `kore-launch bench --json` object.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct BenchReport {
+    /// Memory read bandwidth measured in the same run, GB/s.
+    pub measured_read_gbps: f64,
+    /// Prefill throughput, tokens/s.
+    pub prefill_tok_per_s: f64,
+    /// Decode throughput, tokens/s.
+    pub decode_tok_per_s: f64,
+    /// Mean decode step time, ms.
+    pub step_ms: f64,
+    /// Weight bytes read per decode step.
+    pub weight_bytes_per_step: f64,
+    /// Weight bytes per step divided by step time, GB/s.
+    pub achieved_gbps: f64,
+    /// `achieved_gbps / measured_read_gbps`.
+    pub bandwidth_fraction: f64,
+    /// Mean tokens per decode step (1 without drafting).
+    pub tokens_per_step: f64,
+    /// Worker threads used.
+    pub threads: u32,
+}

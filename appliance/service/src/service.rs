@@ -1,0 +1,615 @@
+//! The scheduler: owns the connections, the FIFO request queue and the
+//! engine. Transports feed it bytes and connection events and call
+//! [`Service::poll`] to advance work one engine step at a time; everything is
+//! plain data, with no threads, no clock of its own and no I/O.
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::codec::Codec;
+use crate::connection::{ConnState, Connection};
+use crate::emit::{Deltas, Emitter, Mode};
+use crate::engine::{BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams};
+use crate::framing::Frame;
+use crate::request::{parse_line, ErrorCode, GenerateRequest, Id, Input, Request};
+use crate::response::{
+    BenchEvent, DeltaEvent, DoneEvent, ErrorBody, ErrorEvent, Finish, InfoBody, InfoEvent, Stats,
+};
+
+/// Protocol revision documented in `docs/protocol.md`.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Limits of a service instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Longest request line in bytes (newline excluded).
+    pub max_line_bytes: usize,
+    /// Requests that may wait behind the running one.
+    pub queue_limit: usize,
+    /// Open connections; more are answered `overloaded` and closed.
+    pub max_connections: usize,
+    /// Unsent response bytes per connection before it is dropped.
+    pub max_output_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_line_bytes: 1 << 20,
+            queue_limit: 64,
+            max_connections: 256,
+            max_output_bytes: 16 << 20,
+        }
+    }
+}
+
+/// Handle of one connection inside a [`Service`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub u64);
+
+/// Work waiting in the queue.
+#[derive(Debug)]
+enum JobKind {
+    Generate { prompt: Vec<u32>, params: GenParams, mode: Mode, stop: Vec<String> },
+    Bench(BenchRequest),
+}
+
+#[derive(Debug)]
+struct Job {
+    conn: ConnId,
+    id: Id,
+    key: String,
+    kind: JobKind,
+}
+
+/// The request being generated.
+#[derive(Debug)]
+struct Active<D> {
+    conn: ConnId,
+    id: Id,
+    key: String,
+    chat: bool,
+    prompt_tokens: u32,
+    max_tokens: u32,
+    emitter: Emitter<D>,
+    tokens: Vec<u32>,
+    t_start: u64,
+    t_first: Option<u64>,
+    t_last: u64,
+    decode_tokens: u32,
+    decode_steps: u32,
+}
+
+/// The chat service: connections, queue, and the engine they share.
+#[derive(Debug)]
+pub struct Service<E, C: Codec, K> {
+    engine: E,
+    codec: C,
+    clock: K,
+    config: Config,
+    info: EngineInfo,
+    conns: BTreeMap<ConnId, Connection>,
+    next_conn: u64,
+    queue: VecDeque<Job>,
+    active: Option<Active<C::Decoder>>,
+    step_buf: Vec<u32>,
+}
+
+impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
+    /// A service driving `engine`, tokenizing with `codec`, timing with `clock`.
+    pub fn new(engine: E, codec: C, clock: K, config: Config) -> Self {
+        let info = engine.info();
+        Self {
+            engine,
+            codec,
+            clock,
+            config,
+            info,
+            conns: BTreeMap::new(),
+            next_conn: 0,
+            queue: VecDeque::new(),
+            active: None,
+            step_buf: Vec::new(),
+        }
+    }
+
+    /// The engine (for inspection in tests).
+    pub fn engine(&self) -> &E {
+        &self.engine
+    }
+
+    /// Model facts as reported by the engine.
+    pub fn engine_info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Registers a new connection. Past `max_connections` it is answered
+    /// with an `overloaded` error and marked to close once that is sent.
+    pub fn open(&mut self) -> ConnId {
+        let id = ConnId(self.next_conn);
+        self.next_conn += 1;
+        let mut conn = Connection::new(self.config.max_line_bytes, self.config.max_output_bytes);
+        if self.conns.len() >= self.config.max_connections {
+            let message = format!(
+                "too many connections (limit {}); retry later",
+                self.config.max_connections
+            );
+            conn.send(&ErrorEvent {
+                id: &Id::NULL,
+                error: ErrorBody { code: ErrorCode::Overloaded, message: &message },
+            });
+            conn.drain();
+        }
+        self.conns.insert(id, conn);
+        id
+    }
+
+    /// Bytes received on `conn`; complete lines are handled at once.
+    pub fn on_bytes(&mut self, conn: ConnId, bytes: &[u8]) {
+        let mut frames = Vec::new();
+        match self.conns.get_mut(&conn) {
+            Some(c) => c.on_bytes(bytes, &mut frames),
+            None => return,
+        }
+        self.handle_frames(conn, frames);
+    }
+
+    /// The client closed its sending side; its requests still complete.
+    pub fn on_eof(&mut self, conn: ConnId) {
+        let mut frames = Vec::new();
+        match self.conns.get_mut(&conn) {
+            Some(c) => c.on_eof(&mut frames),
+            None => return,
+        }
+        self.handle_frames(conn, frames);
+    }
+
+    /// The connection is gone: its queued and running requests are cancelled
+    /// silently and its state is freed.
+    pub fn on_closed(&mut self, conn: ConnId) {
+        self.conns.remove(&conn);
+        self.queue.retain(|j| j.conn != conn);
+        if self.active.as_ref().is_some_and(|a| a.conn == conn) {
+            self.active = None;
+            self.engine.finish();
+        }
+    }
+
+    /// Unsent response bytes of `conn` (empty if unknown).
+    pub fn output(&self, conn: ConnId) -> &[u8] {
+        self.conns.get(&conn).map_or(&[], |c| c.output())
+    }
+
+    /// Marks `n` bytes of `conn`'s output as sent.
+    pub fn consume_output(&mut self, conn: ConnId, n: usize) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.consume(n);
+        }
+    }
+
+    /// Takes all unsent output of `conn`.
+    pub fn take_output(&mut self, conn: ConnId) -> Vec<u8> {
+        self.conns.get_mut(&conn).map_or_else(Vec::new, Connection::take_output)
+    }
+
+    /// Whether the transport should close `conn` now (after sending its
+    /// output), then call [`Service::on_closed`]. Unknown ids are closed.
+    pub fn should_close(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_none_or(Connection::should_close)
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Requests waiting in the queue.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether a request is being generated.
+    pub fn busy(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// Whether [`Service::poll`] has something to do.
+    pub fn has_work(&self) -> bool {
+        self.active.is_some() || !self.queue.is_empty()
+    }
+
+    /// Does one unit of work: starts the next queued request, or runs one
+    /// engine step of the current one and sends what it produced. Returns
+    /// whether more work remains.
+    pub fn poll(&mut self) -> bool {
+        if self.active.is_some() {
+            self.step_active();
+        } else if let Some(job) = self.queue.pop_front() {
+            self.start_job(job);
+        }
+        self.has_work()
+    }
+
+    fn handle_frames(&mut self, conn: ConnId, frames: Vec<Frame>) {
+        for frame in frames {
+            match frame {
+                Frame::Line(line) => self.handle_line(conn, &line),
+                Frame::TooLong { seen } => {
+                    let message = format!(
+                        "request line exceeds {} bytes (saw {seen} before giving up); \
+                         it was skipped up to its newline",
+                        self.config.max_line_bytes
+                    );
+                    self.send_error(conn, &Id::NULL, ErrorCode::LineTooLong, &message);
+                }
+            }
+        }
+        self.reap_killed(conn);
+    }
+
+    fn handle_line(&mut self, conn: ConnId, line: &[u8]) {
+        match parse_line(line) {
+            Ok(None) => {}
+            Ok(Some(Request::Generate(g))) => self.handle_generate(conn, g),
+            Ok(Some(Request::Cancel(target))) => self.cancel(conn, &target),
+            Ok(Some(Request::Info(id))) => self.send_info(conn, &id),
+            Ok(Some(Request::Bench(id, b))) => self.enqueue(conn, id, JobKind::Bench(b)),
+            Err(e) => self.send_error(conn, &e.id, e.code, &e.message),
+        }
+    }
+
+    fn handle_generate(&mut self, conn: ConnId, g: GenerateRequest) {
+        let key = g.id.key();
+        if !self.admit(conn, &g.id, &key) {
+            return;
+        }
+        let prompt = match self.tokenize(&g) {
+            Ok(p) => p,
+            Err((code, message)) => return self.send_error(conn, &g.id, code, &message),
+        };
+        let limit = self.info.context_limit;
+        let len = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
+        if len >= limit {
+            let message = format!(
+                "prompt is {len} tokens but the context limit is {limit} \
+                 (prompt plus at least one generated token); shorten the prompt"
+            );
+            return self.send_error(conn, &g.id, ErrorCode::PromptTooLong, &message);
+        }
+        let room = limit - len;
+        let mode = match g.input {
+            Input::Messages(_) => Mode::chat(self.codec.think_ids(), &prompt),
+            _ => Mode::Raw,
+        };
+        let params = GenParams {
+            max_tokens: g.max_tokens.map_or(room, |m| m.min(room)),
+            temperature: g.temperature,
+            top_p: g.top_p,
+            top_k: g.top_k,
+            min_p: g.min_p,
+            seed: g.seed,
+            mtp: g.mtp,
+        };
+        let kind = JobKind::Generate { prompt, params, mode, stop: g.stop };
+        self.push_job(conn, g.id, key, kind);
+    }
+
+    /// Duplicate-id and queue-capacity checks; sends the error on refusal.
+    fn admit(&mut self, conn: ConnId, id: &Id, key: &str) -> bool {
+        let duplicate = id.0 != serde_json::Value::Null
+            && self.conns.get(&conn).is_some_and(|c| c.has_in_flight(key));
+        if duplicate {
+            let message = "a request with this id is already queued or running on this \
+                           connection; use a new id";
+            self.send_error(conn, id, ErrorCode::DuplicateId, message);
+            return false;
+        }
+        if self.queue.len() >= self.config.queue_limit {
+            let message = format!(
+                "request queue is full ({} waiting); retry after a request finishes",
+                self.config.queue_limit
+            );
+            self.send_error(conn, id, ErrorCode::Overloaded, &message);
+            return false;
+        }
+        true
+    }
+
+    fn enqueue(&mut self, conn: ConnId, id: Id, kind: JobKind) {
+        let key = id.key();
+        if self.admit(conn, &id, &key) {
+            self.push_job(conn, id, key, kind);
+        }
+    }
+
+    fn push_job(&mut self, conn: ConnId, id: Id, key: String, kind: JobKind) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.add_in_flight(key.clone());
+            self.queue.push_back(Job { conn, id, key, kind });
+        }
+    }
+
+    fn tokenize(&self, g: &GenerateRequest) -> Result<Vec<u32>, (ErrorCode, String)> {
+        let ids = match &g.input {
+            Input::Messages(m) => self.codec.render_chat(m, g.thinking),
+            Input::Prompt(p) => self.codec.encode(p),
+            Input::PromptIds(ids) => {
+                let vocab = self.info.vocab_size;
+                if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
+                    let m = format!("prompt_ids contains {bad}, outside the vocabulary 0..{vocab}");
+                    return Err((ErrorCode::BadRequest, m));
+                }
+                Ok(ids.clone())
+            }
+        };
+        match ids {
+            Ok(ids) if ids.is_empty() => {
+                Err((ErrorCode::BadRequest, String::from("the prompt encodes to no tokens")))
+            }
+            Ok(ids) => Ok(ids),
+            Err(e) => Err((ErrorCode::Internal, format!("tokenizer failed: {e}"))),
+        }
+    }
+
+    fn cancel(&mut self, conn: ConnId, target: &Id) {
+        let key = target.key();
+        if let Some(pos) = self.queue.iter().position(|j| j.conn == conn && j.key == key) {
+            if let Some(job) = self.queue.remove(pos) {
+                let prompt_tokens = match &job.kind {
+                    JobKind::Generate { prompt, .. } => prompt.len() as u32,
+                    JobKind::Bench(_) => 0,
+                };
+                let chat = matches!(job.kind, JobKind::Generate { mode: Mode::Chat { .. }, .. });
+                let stats = Stats {
+                    prompt_tokens,
+                    context_used: prompt_tokens,
+                    context_limit: self.info.context_limit,
+                    ..Stats::default()
+                };
+                let done = DoneEvent {
+                    id: &job.id,
+                    done: true,
+                    finish: Finish::Cancelled,
+                    token_ids: &[],
+                    text: "",
+                    thinking: chat.then_some(""),
+                    stats: &stats,
+                };
+                self.send(conn, &done);
+                self.release(conn, &job.key);
+            }
+            return;
+        }
+        let running = self.active.as_ref().is_some_and(|a| a.conn == conn && a.key == key);
+        if running {
+            self.end_active(Finish::Cancelled, Deltas::new());
+        }
+    }
+
+    fn send_info(&mut self, conn: ConnId, id: &Id) {
+        let info = InfoBody {
+            model: self.info.model.clone(),
+            context_limit: self.info.context_limit,
+            vocab_size: self.info.vocab_size,
+            version: env!("CARGO_PKG_VERSION"),
+            protocol: PROTOCOL_VERSION,
+            scheduling: "fifo",
+            max_line_bytes: self.config.max_line_bytes,
+            queue_limit: self.config.queue_limit,
+            queued: self.queue.len(),
+            busy: self.active.is_some(),
+            connections: self.conns.len(),
+        };
+        self.send(conn, &InfoEvent { id, info: &info });
+    }
+
+    fn start_job(&mut self, job: Job) {
+        let (prompt, params, mode, stop) = match job.kind {
+            JobKind::Bench(b) => return self.run_bench(job.conn, &job.id, &job.key, &b),
+            JobKind::Generate { prompt, params, mode, stop } => (prompt, params, mode, stop),
+        };
+        let t_start = self.clock.now_ns();
+        if let Err(e) = self.engine.start(&prompt, &params) {
+            self.send_engine_error(job.conn, &job.id, &e);
+            return self.release(job.conn, &job.key);
+        }
+        self.active = Some(Active {
+            conn: job.conn,
+            id: job.id,
+            key: job.key,
+            chat: matches!(mode, Mode::Chat { .. }),
+            prompt_tokens: prompt.len() as u32,
+            max_tokens: params.max_tokens,
+            emitter: Emitter::new(self.codec.decoder(), mode, stop),
+            tokens: Vec::new(),
+            t_start,
+            t_first: None,
+            t_last: t_start,
+            decode_tokens: 0,
+            decode_steps: 0,
+        });
+    }
+
+    fn run_bench(&mut self, conn: ConnId, id: &Id, key: &str, b: &BenchRequest) {
+        match self.engine.bench(b) {
+            Ok(report) => self.send(conn, &BenchEvent { id, bench: &report }),
+            Err(e) => self.send_engine_error(conn, id, &e),
+        }
+        self.release(conn, key);
+    }
+
+    fn step_active(&mut self) {
+        let mut buf = core::mem::take(&mut self.step_buf);
+        buf.clear();
+        let result = self.engine.step(&mut buf);
+        let now = self.clock.now_ns();
+        let finish = match result {
+            Ok(()) => self.absorb(&buf, now),
+            Err(e) => {
+                if let Some(a) = self.active.take() {
+                    self.engine.finish();
+                    self.send_engine_error(a.conn, &a.id, &e);
+                    self.release(a.conn, &a.key);
+                }
+                None
+            }
+        };
+        self.step_buf = buf;
+        if let Some((finish, deltas)) = finish {
+            self.end_active(finish, deltas);
+        }
+    }
+
+    /// Takes one step's tokens into the active request, streams the text, and
+    /// returns the finish reason (with unsent deltas) if the request ended.
+    fn absorb(&mut self, tokens: &[u32], now: u64) -> Option<(Finish, Deltas)> {
+        let stop_ids = self.codec.stop_ids();
+        let a = self.active.as_mut()?;
+        if tokens.is_empty() {
+            return None;
+        }
+        let first = a.t_first.is_none();
+        if first {
+            a.t_first = Some(now);
+        }
+        a.t_last = now;
+        let mut deltas = Deltas::new();
+        let mut finish = None;
+        let mut kept = 0u32;
+        for &t in tokens {
+            a.tokens.push(t);
+            kept += 1;
+            if stop_ids.contains(&t) || a.emitter.push(t, &mut deltas) {
+                finish = Some(Finish::Stop);
+            } else if a.tokens.len() as u32 >= a.max_tokens {
+                finish = Some(Finish::Length);
+            }
+            if finish.is_some() {
+                break;
+            }
+        }
+        if !first {
+            a.decode_tokens += kept;
+            a.decode_steps += 1;
+        }
+        if let Some(f) = finish {
+            return Some((f, deltas));
+        }
+        let (conn, id) = (a.conn, a.id.clone());
+        self.send_deltas(conn, &id, &deltas);
+        None
+    }
+
+    /// Ends the active request with `finish`, sending `deltas`, the rest of
+    /// the text and the `done` event.
+    fn end_active(&mut self, finish: Finish, mut deltas: Deltas) {
+        let Some(mut a) = self.active.take() else {
+            return;
+        };
+        self.engine.finish();
+        if finish != Finish::Cancelled {
+            a.emitter.finish(&mut deltas);
+        }
+        self.send_deltas(a.conn, &a.id, &deltas);
+        let stats = self.stats(&a);
+        let done = DoneEvent {
+            id: &a.id,
+            done: true,
+            finish,
+            token_ids: &a.tokens,
+            text: a.emitter.text(),
+            thinking: a.chat.then(|| a.emitter.thinking()),
+            stats: &stats,
+        };
+        self.send(a.conn, &done);
+        self.release(a.conn, &a.key);
+    }
+
+    fn stats(&self, a: &Active<C::Decoder>) -> Stats {
+        let generated = a.tokens.len() as u32;
+        let ms = |ns: u64| ns as f64 / 1.0e6;
+        let per_s = |n: u32, ns: u64| if ns == 0 { 0.0 } else { f64::from(n) * 1.0e9 / ns as f64 };
+        let prefill_ns = a.t_first.map_or(0, |t| t.saturating_sub(a.t_start));
+        let decode_ns = a.t_first.map_or(0, |t| a.t_last.saturating_sub(t));
+        Stats {
+            prompt_tokens: a.prompt_tokens,
+            generated_tokens: generated,
+            prefill_ms: round3(ms(prefill_ns)),
+            prefill_tok_per_s: round3(per_s(a.prompt_tokens, prefill_ns)),
+            decode_tok_per_s: round3(per_s(a.decode_tokens, decode_ns)),
+            tokens_per_step: if a.decode_steps == 0 {
+                0.0
+            } else {
+                round3(f64::from(a.decode_tokens) / f64::from(a.decode_steps))
+            },
+            context_used: a.prompt_tokens + generated,
+            context_limit: self.info.context_limit,
+        }
+    }
+
+    fn send_deltas(&mut self, conn: ConnId, id: &Id, deltas: &Deltas) {
+        for (phase, text) in deltas {
+            let ev = DeltaEvent { id, delta: text, phase: *phase };
+            self.send(conn, &ev);
+        }
+    }
+
+    fn send_engine_error(&mut self, conn: ConnId, id: &Id, e: &EngineError) {
+        let (code, message) = match e {
+            EngineError::BadParams(m) => (ErrorCode::BadRequest, m),
+            EngineError::PromptTooLong(m) => (ErrorCode::PromptTooLong, m),
+            EngineError::Unsupported(m) => (ErrorCode::Unsupported, m),
+            EngineError::Internal(m) => (ErrorCode::Internal, m),
+        };
+        self.send_error(conn, id, code, message);
+    }
+
+    fn send_error(&mut self, conn: ConnId, id: &Id, code: ErrorCode, message: &str) {
+        let ev = ErrorEvent { id, error: ErrorBody { code, message } };
+        self.send(conn, &ev);
+    }
+
+    fn send<T: serde::Serialize>(&mut self, conn: ConnId, event: &T) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if !c.send(event) {
+                self.reap_killed(conn);
+            }
+        }
+    }
+
+    /// Forgets a finished request id on its connection.
+    fn release(&mut self, conn: ConnId, key: &str) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.remove_in_flight(key);
+        }
+    }
+
+    /// A connection whose output overflowed loses its requests.
+    fn reap_killed(&mut self, conn: ConnId) {
+        let killed = self.conns.get(&conn).is_some_and(|c| c.state() == ConnState::Killed);
+        if killed {
+            self.queue.retain(|j| j.conn != conn);
+            if self.active.as_ref().is_some_and(|a| a.conn == conn) {
+                self.active = None;
+                self.engine.finish();
+            }
+        }
+    }
+}
+
+/// Rounds to 3 decimals (without `std`); non-finite values become 0.
+fn round3(x: f64) -> f64 {
+    if !x.is_finite() || x.abs() > 1.0e15 {
+        return 0.0;
+    }
+    let scaled = x * 1000.0;
+    let r = if scaled >= 0.0 { scaled + 0.5 } else { scaled - 0.5 };
+    (r as i64) as f64 / 1000.0
+}
