@@ -5,6 +5,7 @@
 mod cli;
 mod cmd;
 mod error;
+mod model;
 
 use clap::Parser;
 

@@ -1,5 +1,7 @@
 //! One module per command; `run` dispatches.
 
+mod generate;
+
 use crate::cli::{Cli, Command};
 use crate::error::{LaunchError, Result};
 
@@ -7,7 +9,7 @@ use crate::error::{LaunchError, Result};
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         None => Err(not_yet("chat (default command)")),
-        Some(Command::Generate(_)) => Err(not_yet("generate")),
+        Some(Command::Generate(args)) => generate::run(args),
         Some(Command::Chat(_)) => Err(not_yet("chat")),
         Some(Command::Tokenize(_)) => Err(not_yet("tokenize")),
         Some(Command::Batch(_)) => Err(not_yet("batch")),
