@@ -1,0 +1,134 @@
+//! [`VmConfig`]: what to boot and with what resources.
+
+use std::path::{Path, PathBuf};
+
+/// The hugepage size backing guest RAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HugePageSize {
+    /// 2 MiB pages (the default).
+    Size2M,
+    /// 1 GiB pages (reserve them with `hugepages-1048576kB`).
+    Size1G,
+    /// Ordinary 4 KiB pages (a warning is logged: slower, not reserved up front).
+    Off,
+}
+
+impl HugePageSize {
+    /// Page size in bytes (4096 for [`HugePageSize::Off`]).
+    pub fn bytes(self) -> u64 {
+        match self {
+            Self::Size2M => 2 << 20,
+            Self::Size1G => 1 << 30,
+            Self::Off => 4096,
+        }
+    }
+
+    /// The sysfs directory name of this pool, e.g. `hugepages-2048kB`.
+    pub fn sysfs_name(self) -> &'static str {
+        match self {
+            Self::Size2M => "hugepages-2048kB",
+            Self::Size1G => "hugepages-1048576kB",
+            Self::Off => "none",
+        }
+    }
+}
+
+/// Configuration of one VM. Build it with the chained setters.
+///
+/// ```
+/// use kore_vmm::{HugePageSize, VmConfig};
+/// let cfg = VmConfig::new("guest.elf")
+///     .vcpus(2)
+///     .memory_mib(512)
+///     .hugepages(HugePageSize::Size2M)
+///     .preload("pack/weights.safetensors")
+///     .vsock_uds("/tmp/kore.vsock")
+///     .cmdline("log=info");
+/// assert_eq!(cfg.vcpus, 2);
+/// assert_eq!(cfg.memory_bytes, 512 << 20);
+/// ```
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    /// Number of vCPUs (1..=64).
+    pub vcpus: u32,
+    /// Guest RAM for the guest's own use (kernel, heap), in bytes. Preloaded
+    /// files get their own RAM on top of this.
+    pub memory_bytes: u64,
+    /// Hugepage size backing guest RAM.
+    pub hugepages: HugePageSize,
+    /// The kernel ELF (static, `ET_EXEC`, loaded by physical address).
+    pub kernel: PathBuf,
+    /// An optional ring-3 user image ELF, loaded into the user-image region.
+    pub user_image: Option<PathBuf>,
+    /// Files preloaded into guest RAM at [`kore_boot_abi::layout::PACK_BASE`].
+    pub preload: Vec<PathBuf>,
+    /// Host Unix socket path of the vsock device (Firecracker's hybrid
+    /// vsock); `None` attaches no vsock device.
+    pub vsock_uds: Option<PathBuf>,
+    /// The guest's vsock CID (default 3).
+    pub guest_cid: u64,
+    /// The guest command line.
+    pub cmdline: String,
+    /// Lines of console output kept for error reports and [`crate::RunningVm::console_lines`].
+    pub console_lines: usize,
+}
+
+impl VmConfig {
+    /// A 1-vCPU, 256 MiB, 2 MiB-hugepage VM booting `kernel`.
+    pub fn new(kernel: impl AsRef<Path>) -> Self {
+        Self {
+            vcpus: 1,
+            memory_bytes: 256 << 20,
+            hugepages: HugePageSize::Size2M,
+            kernel: kernel.as_ref().to_path_buf(),
+            user_image: None,
+            preload: Vec::new(),
+            vsock_uds: None,
+            guest_cid: 3,
+            cmdline: String::new(),
+            console_lines: 200,
+        }
+    }
+
+    /// Sets the vCPU count.
+    pub fn vcpus(mut self, n: u32) -> Self {
+        self.vcpus = n;
+        self
+    }
+
+    /// Sets the guest's own RAM in MiB.
+    pub fn memory_mib(mut self, mib: u64) -> Self {
+        self.memory_bytes = mib << 20;
+        self
+    }
+
+    /// Sets the hugepage size.
+    pub fn hugepages(mut self, size: HugePageSize) -> Self {
+        self.hugepages = size;
+        self
+    }
+
+    /// Loads a ring-3 user image ELF as well.
+    pub fn user_image(mut self, path: impl AsRef<Path>) -> Self {
+        self.user_image = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Adds a file to preload (in order).
+    pub fn preload(mut self, path: impl AsRef<Path>) -> Self {
+        self.preload.push(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Attaches a vsock device whose host side is the Unix socket `path`.
+    pub fn vsock_uds(mut self, path: impl AsRef<Path>) -> Self {
+        self.vsock_uds = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Sets the guest command line.
+    pub fn cmdline(mut self, cmdline: impl Into<String>) -> Self {
+        self.cmdline = cmdline.into();
+        self
+    }
+}
