@@ -19,6 +19,8 @@ pub mod emit;
 pub mod engine;
 pub mod fake;
 pub mod framing;
+#[cfg(feature = "std")]
+pub mod host;
 pub mod request;
 pub mod response;
 pub mod service;
