@@ -19,10 +19,30 @@ pub fn open() -> Result<Device, DriverError> {
         .iter()
         .find(|d| d.kind == DeviceKind::VirtioVsock as u32)
         .ok_or(DriverError::NotVirtio)?;
+    if d.vector == 0 {
+        // The VMM left the pin masked: route it to CPU 0 on the wake vector, which the kernel
+        // always has a gate for.
+        route_gsi(d.gsi, kore_guest_abi::WAKE_VECTOR);
+    }
     // SAFETY: the boot info names this window as the device's registers; the device window is
     // mapped uncached for ring 3 (boot ABI).
     let mmio = unsafe { VolatileMmio::new(d.mmio_base as usize) };
     VsockDevice::new(mmio)
+}
+
+/// Programs IOAPIC pin `gsi`: edge-triggered, fixed delivery of `vector` to APIC id 0, unmasked.
+fn route_gsi(gsi: u32, vector: u8) {
+    let base = kore_guest_abi::layout::IOAPIC_BASE;
+    let write = |reg: u32, v: u32| {
+        // SAFETY: the IOAPIC page is in the device window, mapped for ring 3 (boot ABI);
+        // IOREGSEL at +0 selects the register that IOWIN at +0x10 then writes.
+        unsafe {
+            (base as *mut u32).write_volatile(reg);
+            ((base + 0x10) as *mut u32).write_volatile(v);
+        }
+    };
+    write(0x11 + 2 * gsi, 0); // destination APIC id 0
+    write(0x10 + 2 * gsi, vector as u32);
 }
 
 /// Runs the device until `done` returns true: polls the rings, and when nothing moves halts
