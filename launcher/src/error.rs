@@ -21,6 +21,16 @@ pub enum LaunchError {
     /// Any other failure, already phrased for the user.
     #[error("{0}")]
     Other(String),
+    /// The host is not ready for the appliance (a failed doctor check, or a
+    /// setup change that could not be made); the message says how to fix it.
+    #[error("{0}")]
+    Host(String),
+}
+
+impl From<crate::config::ConfigError> for LaunchError {
+    fn from(err: crate::config::ConfigError) -> Self {
+        LaunchError::Usage(err.to_string())
+    }
 }
 
 impl LaunchError {
@@ -31,6 +41,7 @@ impl LaunchError {
             LaunchError::Model(_) => 3,
             LaunchError::Io { .. } => 4,
             LaunchError::Other(_) => 1,
+            LaunchError::Host(_) => 5,
         }
     }
 }

@@ -4,7 +4,9 @@
 
 mod cli;
 mod cmd;
+mod config;
 mod error;
+mod host;
 mod model;
 
 use clap::Parser;
@@ -12,6 +14,11 @@ use clap::Parser;
 fn main() {
     let cli = cli::Cli::parse();
     init_tracing(cli.verbose);
+    if let Err(err) = config::init(cli.config.as_deref()) {
+        let err = error::LaunchError::from(err);
+        eprintln!("kore-launch: error: {err}");
+        std::process::exit(err.exit_code());
+    }
     if let Err(err) = cmd::run(cli) {
         eprintln!("kore-launch: error: {err}");
         std::process::exit(err.exit_code());
@@ -28,5 +35,6 @@ fn init_tracing(verbose: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

@@ -1,0 +1,60 @@
+//! `kore-launch setup [--dry-run]`: reserves the hugepages the pack, context
+//! and VMM need, and optionally prepares a GPU VF for VFIO (see `host::prepare`).
+
+use crate::cli::SetupArgs;
+use crate::config::{self, Overrides};
+use crate::error::{LaunchError, Result};
+use crate::host::changes::running_as_root;
+use crate::host::prepare::{prepare, Plan};
+use crate::host::sizing::Budget;
+use crate::host::{Changes, HostError, SysRoot};
+
+/// Runs `setup`.
+pub fn run(args: &SetupArgs) -> Result<()> {
+    let overrides = Overrides {
+        model: args.model.clone(),
+        memory: args.memory,
+        hugepage_size: args.hugepage_size,
+        vf: args.vf.clone(),
+        context: args.context,
+        ..Overrides::default()
+    };
+    let settings = config::effective(&overrides)?;
+    let budget = Budget::compute(&settings.model, settings.context)
+        .map_err(host_error)?
+        .with_memory(settings.memory);
+    // An explicit --vf wins; with --gpu the first new VF; otherwise the configured `vf`.
+    let vf = match (&args.vf, &args.gpu) {
+        (Some(_), _) | (None, None) => settings.vf.clone(),
+        (None, Some(_)) => None,
+    };
+    let plan = Plan {
+        budget,
+        hugepage_size: settings.hugepage_size,
+        gpu: args.gpu.clone(),
+        vfs: args.vfs,
+        vf,
+    };
+    let root = sysroot();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut changes = Changes::new(&root, args.dry_run, running_as_root(), &mut out);
+    prepare(&mut changes, &plan).map_err(host_error)
+}
+
+/// The filesystem root for host files: `/`, or `KORE_SYSROOT` (for tests and chroots).
+pub fn sysroot() -> SysRoot {
+    match std::env::var_os("KORE_SYSROOT").filter(|v| !v.is_empty()) {
+        Some(base) => SysRoot::new(base),
+        None => SysRoot::default(),
+    }
+}
+
+/// Maps a host error to the launcher's: bad input stays a usage error.
+pub fn host_error(err: HostError) -> LaunchError {
+    match err {
+        HostError::BadAddress(_) => LaunchError::Usage(err.to_string()),
+        HostError::Pack { .. } => LaunchError::Model(err.to_string()),
+        other => LaunchError::Host(other.to_string()),
+    }
+}
