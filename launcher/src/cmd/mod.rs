@@ -1,9 +1,7 @@
 //! One module per command; `run` dispatches.
 
-mod completions;
-mod doctor;
 mod generate;
-mod setup;
+mod pack;
 
 use crate::cli::{Cli, Command};
 use crate::error::{LaunchError, Result};
@@ -17,13 +15,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Command::Tokenize(_)) => Err(not_yet("tokenize")),
         Some(Command::Batch(_)) => Err(not_yet("batch")),
         Some(Command::Bench(_)) => Err(not_yet("bench")),
-        Some(Command::Pack(_)) => Err(not_yet("pack")),
+        Some(Command::Pack(cmd)) => pack::run(cmd),
         Some(Command::Up(_)) | Some(Command::Down) | Some(Command::Status(_)) => {
             Err(not_yet("up/down/status"))
         }
-        Some(Command::Setup(args)) => setup::run(&args),
-        Some(Command::Doctor(flag)) => doctor::run(flag),
-        Some(Command::Completions { shell }) => completions::run(shell),
+        Some(Command::Setup(_)) | Some(Command::Doctor(_)) => Err(not_yet("setup/doctor")),
     }
 }
 

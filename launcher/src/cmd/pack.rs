@@ -1,0 +1,153 @@
+//! `kore-launch pack import|verify|inspect|synth`: model packs (crate kore-pack).
+
+use crate::cli::{PackCommand, PackImportArgs, Quant};
+use crate::error::{LaunchError, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use kore_pack::config::LinearGroup;
+use kore_pack::import::{ImportOptions, QuantMode};
+use kore_pack::{PackError, Progress};
+use std::cell::RefCell;
+use std::path::Path;
+
+/// Runs one `pack` subcommand.
+pub fn run(cmd: PackCommand) -> Result<()> {
+    match cmd {
+        PackCommand::Import(args) => import(&args),
+        PackCommand::Verify { pack } => verify(&pack),
+        PackCommand::Inspect { pack, json } => inspect(&pack, json.json),
+        PackCommand::Synth { preset, output } => synth(&preset, &output),
+    }
+}
+
+fn model_err(e: PackError) -> LaunchError {
+    LaunchError::Model(e.to_string())
+}
+
+fn import(args: &PackImportArgs) -> Result<()> {
+    let mut groups = std::collections::BTreeSet::new();
+    for g in args.quantize.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let group = LinearGroup::parse(g).ok_or_else(|| {
+            LaunchError::Usage(format!("--quantize: unknown family `{g}` (mlp, attention, linear-attention, lm-head, mtp-fc)"))
+        })?;
+        groups.insert(group);
+    }
+    let opts = ImportOptions {
+        quant: match args.quant {
+            Quant::Nvfp4 => QuantMode::Nvfp4,
+            Quant::Bf16 => QuantMode::Bf16,
+        },
+        groups,
+        keep: args.keep.clone(),
+        name: args.name.clone(),
+        context_length: args.context_length,
+    };
+    let bar = Bar::default();
+    let s =
+        kore_pack::import::import(&args.hf_dir, &args.output, &opts, &bar).map_err(model_err)?;
+    println!(
+        "{}: {} tensors, {} NVFP4 modules ({} copied from ModelOpt), {} bytes of weights, MTP head: {}",
+        args.output.display(),
+        s.tensors,
+        s.nvfp4_modules,
+        s.copied_nvfp4,
+        s.weights_bytes,
+        if s.mtp { "yes" } else { "no" }
+    );
+    Ok(())
+}
+
+fn verify(pack: &Path) -> Result<()> {
+    let bar = Bar::default();
+    let r = kore_pack::pack::verify(pack, &bar).map_err(model_err)?;
+    println!(
+        "{}: OK ({} files, {} bytes hashed, {} tensors, {} NVFP4 modules)",
+        pack.display(),
+        r.files,
+        r.bytes,
+        r.tensors,
+        r.nvfp4_modules
+    );
+    Ok(())
+}
+
+fn inspect(dir: &Path, json: bool) -> Result<()> {
+    let pack = kore_pack::Pack::open(dir).map_err(model_err)?;
+    let report = kore_pack::inspect::inspect(&pack);
+    if json {
+        let line = serde_json::to_string(&report).map_err(|e| LaunchError::Other(e.to_string()))?;
+        println!("{line}");
+        return Ok(());
+    }
+    println!(
+        "{} ({}, format {}): {} layers, hidden {}, vocab {}, context {}, MTP {}",
+        report.name,
+        report.architecture,
+        report.format_version,
+        report.layers,
+        report.hidden_size,
+        report.vocab_size,
+        report.context_length,
+        if report.mtp { "yes" } else { "no" }
+    );
+    println!("{:<64} {:<8} {:<20} {:>14} quant", "tensor", "dtype", "shape", "bytes");
+    for t in &report.tensors {
+        println!(
+            "{:<64} {:<8} {:<20} {:>14} {}",
+            t.name,
+            t.dtype,
+            format!("{:?}", t.shape),
+            t.bytes,
+            t.quant
+        );
+    }
+    println!(
+        "total: {} parameters, {} NVFP4 modules, {} bytes in weights.safetensors ({} padding)",
+        report.parameters, report.nvfp4_modules, report.file_bytes, report.padding_bytes
+    );
+    for (q, b) in &report.bytes_by_quant {
+        println!("  {q:<6} {b:>14} bytes");
+    }
+    for (d, b) in &report.bytes_by_dtype {
+        println!("  {d:<6} {b:>14} bytes");
+    }
+    Ok(())
+}
+
+fn synth(preset: &str, out: &Path) -> Result<()> {
+    kore_pack::synth::preset(preset).map_err(|e| LaunchError::Usage(e.to_string()))?;
+    let bar = Bar::default();
+    let pack = kore_pack::synth::synth(preset, out, 0, &bar).map_err(model_err)?;
+    let bytes = pack.manifest().files.get("weights.safetensors").map(|f| f.bytes).unwrap_or(0);
+    println!("{}: synthetic {preset} pack, {bytes} bytes of weights", out.display());
+    Ok(())
+}
+
+/// indicatif progress bars on stderr (hidden when stderr is not a terminal).
+#[derive(Default)]
+struct Bar(RefCell<Option<ProgressBar>>);
+
+impl Progress for Bar {
+    fn start(&self, label: &str, total: u64) {
+        let bar = ProgressBar::new(total);
+        let style = ProgressStyle::with_template(
+            "{msg} [{bar:32}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        bar.set_style(style);
+        bar.set_message(label.to_string());
+        *self.0.borrow_mut() = Some(bar);
+    }
+
+    fn inc(&self, n: u64) {
+        if let Some(b) = self.0.borrow().as_ref() {
+            b.inc(n);
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = self.0.borrow_mut().take() {
+            b.finish_and_clear();
+        }
+    }
+}
