@@ -11,6 +11,9 @@ pub struct Cli {
     /// More logging on stderr (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Config file to use instead of ~/.config/kore/launch.toml (also KORE_CONFIG).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// The command; with none, boot the default pack and open the chat.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -42,6 +45,12 @@ pub enum Command {
     Setup(SetupArgs),
     /// Check the host and say how to fix each problem.
     Doctor(JsonFlag),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// `--json`: print one JSON object as the last line of stdout.
@@ -261,3 +270,28 @@ pub struct SetupArgs {
     #[arg(long)]
     pub dry_run: bool,
 }
+    /// Pack or Hugging Face model directory to size hugepages for (default: model-packs/tiny).
+    #[arg(long, alias = "pack")]
+    pub model: Option<PathBuf>,
+    /// Context length (tokens) to size the KV cache for (default 65536).
+    #[arg(long)]
+    pub context: Option<u64>,
+    /// Hugepage size backing guest memory: 2M, 1G or off.
+    #[arg(long, value_parser = clap::builder::ValueParser::new(parse_hugepage_size))]
+    pub hugepage_size: Option<crate::host::HugepageSize>,
+    /// Reserve this much guest memory instead of what the pack needs (e.g. 8G).
+    #[arg(long, value_parser = clap::builder::ValueParser::new(crate::config::parse_size))]
+    pub memory: Option<u64>,
+    /// GPU physical function (PCI address, e.g. 0000:03:00.0) on which to enable SR-IOV VFs.
+    #[arg(long, value_name = "PCI_ADDR")]
+    pub gpu: Option<String>,
+    /// Number of VFs to enable on --gpu.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub vfs: u64,
+    /// VF (PCI address) to bind to vfio-pci (default: the configured `vf`, or the first VF of --gpu).
+    #[arg(long, value_name = "PCI_ADDR")]
+    pub vf: Option<String>,
+}
+
+fn parse_hugepage_size(s: &str) -> std::result::Result<crate::host::HugepageSize, String> {
+    s.parse()

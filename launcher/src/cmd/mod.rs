@@ -1,6 +1,9 @@
 //! One module per command; `run` dispatches.
 
+mod completions;
+mod doctor;
 mod generate;
+mod setup;
 mod pack;
 
 use crate::cli::{Cli, Command};
@@ -19,7 +22,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Command::Up(_)) | Some(Command::Down) | Some(Command::Status(_)) => {
             Err(not_yet("up/down/status"))
         }
-        Some(Command::Setup(_)) | Some(Command::Doctor(_)) => Err(not_yet("setup/doctor")),
+        Some(Command::Setup(args)) => setup::run(&args),
+        Some(Command::Doctor(flag)) => doctor::run(flag),
+        Some(Command::Completions { shell }) => completions::run(shell),
     }
 }
 
