@@ -1,4 +1,4 @@
-//! A small, fast, non-cryptographic hash (Fx-style) for token strings and merge pairs.
+//! A small, fast, non-cryptographic hash (folded multiply) for token strings and merge pairs.
 //! Inputs come from the model file and the text being tokenized; neither is a
 //! denial-of-service concern for a local tokenizer.
 
@@ -15,7 +15,7 @@ pub(crate) struct FxHasher {
 impl FxHasher {
     #[inline]
     fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(SEED);
+        self.hash = fold_mul(self.hash ^ word, SEED);
     }
 }
 
@@ -53,9 +53,16 @@ impl Hasher for FxHasher {
 
     #[inline]
     fn finish(&self) -> u64 {
-        // Mix the high bits down: hashbrown uses the top 7 bits and the low bits.
-        self.hash ^ (self.hash >> 29)
+        // hashbrown uses both the top 7 bits and the low bits: mix once more.
+        fold_mul(self.hash, 0x9e37_79b9_7f4a_7c15)
     }
+}
+
+/// Folded multiply: the xor of the high and low halves of the 128-bit product.
+#[inline]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
 }
 
 /// Builder for [`FxHasher`].
@@ -68,3 +75,4 @@ pub(crate) fn hash_bytes(bytes: &[u8]) -> u64 {
     h.write(bytes);
     h.finish()
 }
+

@@ -5,6 +5,7 @@ mod doctor;
 mod generate;
 mod setup;
 mod pack;
+mod tokenize;
 
 use crate::cli::{Cli, Command};
 use crate::error::{LaunchError, Result};
@@ -15,7 +16,7 @@ pub fn run(cli: Cli) -> Result<()> {
         None => Err(not_yet("chat (default command)")),
         Some(Command::Generate(args)) => generate::run(args),
         Some(Command::Chat(_)) => Err(not_yet("chat")),
-        Some(Command::Tokenize(_)) => Err(not_yet("tokenize")),
+        Some(Command::Tokenize(args)) => tokenize::run(args),
         Some(Command::Batch(_)) => Err(not_yet("batch")),
         Some(Command::Bench(_)) => Err(not_yet("bench")),
         Some(Command::Pack(cmd)) => pack::run(cmd),
