@@ -198,12 +198,13 @@ pub fn load(
 pub fn parse(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
     toml::from_str(text).map_err(|e| {
         let place = e.span().map(|span| place_of(text, span.start)).unwrap_or_default();
-        ConfigError::File {
-            path: path.to_path_buf(),
-            place,
-            message: e.message().trim().to_string(),
-        }
+        ConfigError::File { path: path.to_path_buf(), place, message: one_line(e.message()) }
     })
+}
+
+/// Joins a multi-line message into one line.
+fn one_line(message: &str) -> String {
+    message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
 }
 
 /// "line N, key `k`: " for a byte offset into the text.

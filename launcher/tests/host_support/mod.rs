@@ -151,11 +151,11 @@ impl<'t> FakeKernel<'t> {
         self.writes.borrow().clone()
     }
 
-    fn react(&self, path: &str, value: &str) {
+    fn react(&self, path: &str, value: &str, before: Option<String>) {
         let tree = self.tree;
         if let Some(dir) = path.strip_suffix("/nr_hugepages") {
             let asked: u64 = value.parse().unwrap();
-            let old: u64 = tree.read(path).trim().parse().unwrap();
+            let old: u64 = before.unwrap().trim().parse().unwrap();
             let granted = self.pool_limit.get(dir).map_or(asked, |&limit| asked.min(limit));
             let free: u64 = tree.read(&format!("{dir}/free_hugepages")).trim().parse().unwrap();
             let free = (free as i64 + granted as i64 - old as i64).max(0);
@@ -198,10 +198,11 @@ impl Sys for FakeKernel<'_> {
         self.root.read(path)
     }
     fn write(&self, path: &str, value: &str) -> Result<(), HostError> {
+        let before = fs::read_to_string(self.tree.real(path)).ok();
         // The real write first (it fails like sysfs when the file is missing).
         self.root.write(path, value)?;
         self.writes.borrow_mut().push((path.to_string(), value.to_string()));
-        self.react(path, value);
+        self.react(path, value, before);
         Ok(())
     }
     fn list(&self, path: &str) -> Vec<String> {
