@@ -16,7 +16,7 @@ fi
 
 # Guest kernel (its own workspace): host tests of its pure-logic crates, then the guest
 # images (kernel + boot-test image under target/guest/) that the VMM boot tests load.
-(cd guest-kernel && export CARGO_TARGET_DIR="$PWD/../target/guest" && cargo test --release --locked && ./build.sh)
+(cd guest-kernel && export CARGO_TARGET_DIR="$PWD/../target/guest" && ./build.sh && cargo test --release --locked)
 
 # The real Qwen3.5 tokenizer.json the tokenizer tests compare against (generated, not committed).
 bash scripts/tokenizer/make_qwen_tokenizer.sh

@@ -269,7 +269,6 @@ pub struct SetupArgs {
     /// Print the changes without making them.
     #[arg(long)]
     pub dry_run: bool,
-}
     /// Pack or Hugging Face model directory to size hugepages for (default: model-packs/tiny).
     #[arg(long, alias = "pack")]
     pub model: Option<PathBuf>,
@@ -295,3 +294,4 @@ pub struct SetupArgs {
 
 fn parse_hugepage_size(s: &str) -> std::result::Result<crate::host::HugepageSize, String> {
     s.parse()
+}

@@ -166,6 +166,12 @@ fn memory_map(p: &BootParams<'_>) -> Vec<(u64, u64, MemKind)> {
         );
     }
     let low_end = p.plan.low_end;
+    // The rest of the user-image window is its own region, so that RAM from
+    // `HEAP_BASE` (where ring 3 puts its stacks and heap) starts a region of its own.
+    if cur < layout::HEAP_BASE && low_end > layout::HEAP_BASE {
+        m.push((cur, layout::HEAP_BASE - cur, MemKind::Usable));
+        cur = layout::HEAP_BASE;
+    }
     if low_end > cur {
         m.push((cur, low_end - cur, MemKind::Usable));
     }

@@ -251,7 +251,10 @@ pub fn setup_vcpu(
     vcpu.set_msrs(&msrs).map_err(kvm("SET_MSRS"))?;
 
     set_regs(vcpu, cpu, ncpus, rip)?;
-    setup_lapic(vcpu)
+    setup_lapic(vcpu)?;
+    // With the in-kernel irqchip, APs start waiting for INIT/SIPI; ours start at `rip`.
+    let runnable = kvm_bindings::kvm_mp_state { mp_state: kvm_bindings::KVM_MP_STATE_RUNNABLE };
+    vcpu.set_mp_state(runnable).map_err(kvm("SET_MP_STATE"))
 }
 
 /// Sets the general registers for the entry contract.

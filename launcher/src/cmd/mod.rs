@@ -3,8 +3,8 @@
 mod completions;
 mod doctor;
 mod generate;
-mod setup;
 mod pack;
+mod setup;
 mod tokenize;
 
 use crate::cli::{Cli, Command};
