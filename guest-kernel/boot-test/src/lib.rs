@@ -24,15 +24,24 @@ fn target_dir() -> Option<PathBuf> {
     Some(exe.parent()?.parent()?.parent()?.to_path_buf())
 }
 
-/// Finds the guest images, or says how to build them.
+/// Finds the guest images (the kernel and kore-demo), or says how to build them.
 pub fn images() -> Result<Images, String> {
+    find_images("KORE_GUEST_IMAGE", "kore-demo")
+}
+
+/// The kernel and the appliance image (`kore-appliance`; `KORE_APPLIANCE_IMAGE` overrides).
+pub fn appliance_images() -> Result<Images, String> {
+    find_images("KORE_APPLIANCE_IMAGE", "kore-appliance")
+}
+
+fn find_images(user_var: &str, user_name: &str) -> Result<Images, String> {
     let t = target_dir().ok_or("cannot locate the target directory")?;
     let kernel = std::env::var_os("KORE_GUEST_KERNEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| t.join("x86_64-unknown-none/release/kore-kernel"));
-    let user = std::env::var_os("KORE_GUEST_IMAGE")
+    let user = std::env::var_os(user_var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| t.join("x86_64-unknown-linux-gnu/release/kore-demo"));
+        .unwrap_or_else(|| t.join("x86_64-unknown-linux-gnu/release").join(user_name));
     for p in [&kernel, &user] {
         if !p.is_file() {
             return Err(format!(
@@ -51,6 +60,8 @@ pub struct Outcome {
     pub status: u32,
     /// The console output.
     pub console: Vec<String>,
+    /// Values the guest wrote to the marker port, with the time since the VM started.
+    pub markers: Vec<(u32, Duration)>,
 }
 
 impl Outcome {
@@ -76,8 +87,9 @@ pub fn boot(config: VmConfig, timeout: Duration) -> Result<Outcome, String> {
     match vm.wait_timeout(timeout) {
         Some(r) => {
             let console = vm.console_lines();
-            let status = r.map_err(|e| format!("VM failed: {e}\nconsole:\n{}", console.join("\n")))?;
-            Ok(Outcome { status, console })
+            let status =
+                r.map_err(|e| format!("VM failed: {e}\nconsole:\n{}", console.join("\n")))?;
+            Ok(Outcome { status, console, markers: vm.markers() })
         }
         None => {
             let console = vm.console_lines();

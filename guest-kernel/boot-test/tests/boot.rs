@@ -16,7 +16,15 @@ fn demo_passes_every_check_on_two_vcpus() {
     let img = images().unwrap();
     let o = boot(config(&img, 2, ""), TIMEOUT).unwrap();
     assert_eq!(o.status, 0, "{}", show(&o));
-    for line in ["ring 3 up, cpus=2", "heap ok", "clock ok", "avx512 ok", "parallel ok", "kernel calls ok", "0 failure(s)"] {
+    for line in [
+        "ring 3 up, cpus=2",
+        "heap ok",
+        "clock ok",
+        "avx512 ok",
+        "parallel ok",
+        "kernel calls ok",
+        "0 failure(s)",
+    ] {
         assert!(o.said(line), "missing {line:?}\n{}", show(&o));
     }
 }

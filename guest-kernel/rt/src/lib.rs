@@ -150,3 +150,11 @@ pub fn apic_id() -> usize {
 /// because images are built with `panic = "abort"`.
 #[unsafe(no_mangle)]
 pub extern "C" fn rust_eh_personality() {}
+
+/// `_Unwind_Resume`, referenced by landing pads in the prebuilt `alloc` (e.g. `format`);
+/// never reached because images are built with `panic = "abort"`. Exits as a panic would.
+#[unsafe(no_mangle)]
+pub extern "C" fn _Unwind_Resume() -> ! {
+    console::write_unlocked(b"kore-rt: _Unwind_Resume reached (unwinding is not supported)\n");
+    kcall::exit(status::PANIC)
+}

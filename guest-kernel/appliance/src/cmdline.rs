@@ -1,0 +1,39 @@
+//! The appliance's command line: space-separated `key=value` words; unknown keys are errors
+//! (a typo must not silently change the mode).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// Parsed command line.
+#[derive(Debug, Default)]
+pub struct Cmdline {
+    /// `selftest=N`: generate N greedy tokens on the console, then exit.
+    pub selftest: Option<usize>,
+    /// `prompt_ids=1,2,3`: the self-test prompt.
+    pub prompt_ids: Option<Vec<u32>>,
+}
+
+impl Cmdline {
+    /// Parses `raw`; the error names the offending word.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let mut c = Cmdline::default();
+        for word in raw.split_ascii_whitespace() {
+            let (k, v) =
+                word.split_once('=').ok_or_else(|| alloc::format!("`{word}` is not key=value"))?;
+            let bad = || alloc::format!("`{word}`: bad value");
+            match k {
+                "selftest" => c.selftest = Some(v.parse().map_err(|_| bad())?),
+                "prompt_ids" => {
+                    let ids: Result<Vec<u32>, _> = v.split(',').map(str::parse).collect();
+                    let ids = ids.map_err(|_| bad())?;
+                    if ids.is_empty() {
+                        return Err(bad());
+                    }
+                    c.prompt_ids = Some(ids);
+                }
+                _ => return Err(alloc::format!("unknown key `{k}`")),
+            }
+        }
+        Ok(c)
+    }
+}

@@ -1,0 +1,104 @@
+//! kore-appliance: the Kore ring-3 image that runs the model pack the VMM preloaded.
+//!
+//! Boot: find the pack's files in the boot info, read `pack.toml`, parse the weights'
+//! safetensors header in place, build kore-engine's `Model` over the weights where they lie
+//! (zero copy), load the tokenizer, then announce readiness (console line
+//! `kore-appliance: ready ...` and a write of [`READY_MARKER`] to the VMM's marker port).
+//!
+//! Command line (space-separated `key=value`):
+//! - `selftest=N`: generate N greedy tokens from a prompt, print
+//!   `kore-appliance: selftest prompt_ids=[..] ids=[..]` and exit 0 (no vsock needed);
+//!   `prompt_ids=1,2,3` sets the prompt (default: the tokenizer's ids of [`SELFTEST_TEXT`]).
+//!
+//! Exit statuses: 0 done, 2 bad command line, 3 unusable pack, 4 generation failed.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+mod cmdline;
+mod selftest;
+
+use kore_guest_pack::Pack;
+use kore_rt::{clock, println};
+use kore_tokenizer::Tokenizer;
+
+use crate::cmdline::Cmdline;
+
+kore_rt::main!(main);
+
+/// Byte written to the marker port when the appliance is ready (`R`). Ring 3 may only use the
+/// marker port itself (the next port is ring-0 only), so the write is one byte wide.
+pub const READY_MARKER: u8 = b'R';
+/// The self-test's default prompt.
+pub const SELFTEST_TEXT: &str = "ROMEO.\nBut soft, what light";
+
+/// Exit statuses.
+pub mod exit {
+    /// The command line could not be read.
+    pub const BAD_CMDLINE: u32 = 2;
+    /// The pack is missing or unusable.
+    pub const BAD_PACK: u32 = 3;
+    /// The engine failed while generating.
+    pub const ENGINE: u32 = 4;
+}
+
+fn main() -> u32 {
+    let t0 = clock::now_ns();
+    let raw = core::str::from_utf8(kore_rt::boot_info().cmdline()).unwrap_or("");
+    let cmd = match Cmdline::parse(raw) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("kore-appliance: bad command line: {e}");
+            return exit::BAD_CMDLINE;
+        }
+    };
+    println!("kore-appliance: cpus={} cmdline={raw:?}", kore_rt::cpu_count());
+    let pack = match Pack::from_files(kore_rt::preloaded_files()) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("kore-appliance: {e}");
+            return exit::BAD_PACK;
+        }
+    };
+    let model = match pack.model() {
+        Ok(m) => m,
+        Err(e) => {
+            println!("kore-appliance: {e}");
+            return exit::BAD_PACK;
+        }
+    };
+    let tokenizer = match Tokenizer::from_json(pack.tokenizer_json) {
+        Ok(t) => t,
+        Err(e) => {
+            println!("kore-appliance: tokenizer {}: {e}", pack.manifest.tokenizer_file);
+            return exit::BAD_PACK;
+        }
+    };
+    let load_ms = (clock::now_ns() - t0) / 1_000_000;
+    println!(
+        "kore-appliance: pack {:?} at {:#x}: {} weight bytes, {} layers, vocab {}, context {}, loaded in {load_ms} ms",
+        pack.manifest.name,
+        pack.weights_bytes.as_ptr() as usize,
+        pack.weights_bytes.len(),
+        model.config.num_layers(),
+        model.config.vocab_size,
+        pack.manifest.context_length,
+    );
+    if let Some(n) = cmd.selftest {
+        return selftest::run(&model, &tokenizer, n, cmd.prompt_ids.as_deref());
+    }
+    println!("kore-appliance: no mode selected (this build serves `selftest=N` only)");
+    exit::BAD_CMDLINE
+}
+
+/// Tells the VMM/launcher the appliance is ready (console line + marker port write).
+pub fn announce_ready(what: &str) {
+    println!("kore-appliance: ready {what}");
+    // SAFETY: the marker port is in ring 3's I/O bitmap (boot ABI); the write has no memory
+    // effects in the guest.
+    unsafe {
+        core::arch::asm!("out dx, al", in("dx") kore_rt::abi::ports::MARKER, in("al") READY_MARKER,
+            options(nomem, nostack, preserves_flags))
+    };
+}
