@@ -28,16 +28,20 @@ fn tiny_pack() -> &'static Path {
         if committed.join("pack.toml").is_file() {
             return committed;
         }
-        let exe = std::env::current_exe().unwrap();
-        let out = exe.parent().unwrap().join(format!("appliance-tiny-pack-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&out);
+        // Imported afresh every run (under a second), then moved over the previous copy.
+        let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+        let out = deps.join("appliance-tiny-pack");
+        let tmp = deps.join(format!("appliance-tiny-pack.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
         kore_pack::import::import(
             &root.join("tiny-hf"),
-            &out,
+            &tmp,
             &kore_pack::import::ImportOptions::default(),
             &kore_pack::progress::NoProgress,
         )
         .expect("import model-packs/tiny-hf");
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::rename(&tmp, &out).expect("move the imported pack into place");
         out
     })
 }
