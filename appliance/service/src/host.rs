@@ -79,6 +79,22 @@ impl ServiceHandle {
         Ok(Self { tx, next: Arc::new(AtomicU64::new(0)), thread: Some(thread) })
     }
 
+    /// Runs `body` on a new service thread with a [`Runner`]; `body` builds
+    /// the service there and calls [`Runner::run`]. Unlike [`Self::spawn`],
+    /// whatever the service borrows (a model borrowing its memory-mapped
+    /// weights) can live on that thread's stack. If `body` returns without
+    /// running, the handle's connections read EOF at once.
+    pub fn spawn_with<F>(body: F) -> io::Result<Self>
+    where
+        F: FnOnce(Runner) + Send + 'static,
+    {
+        let (tx, rx) = channel();
+        let thread = thread::Builder::new()
+            .name(String::from("kore-service"))
+            .spawn(move || body(Runner { rx }))?;
+        Ok(Self { tx, next: Arc::new(AtomicU64::new(0)), thread: Some(thread) })
+    }
+
     /// Opens an in-process connection.
     pub fn connect(&self) -> PipeStream {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
@@ -106,6 +122,19 @@ impl ServiceHandle {
 impl Drop for ServiceHandle {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The service side of a [`ServiceHandle::spawn_with`] thread.
+#[derive(Debug)]
+pub struct Runner {
+    rx: Receiver<Msg>,
+}
+
+impl Runner {
+    /// Serves the handle's connections with `svc` until the handle shuts down.
+    pub fn run<E: Engine, C: Codec, K: Clock>(self, svc: Service<E, C, K>) {
+        run(svc, &self.rx);
     }
 }
 

@@ -112,3 +112,25 @@ fn disconnect_frees_the_engine_for_others() {
     let evs = until_done(&mut rb, &json!(2));
     assert_eq!(evs.last().unwrap()["finish"], "length");
 }
+
+#[test]
+fn spawn_with_builds_on_the_thread_and_eofs_when_it_gives_up() {
+    // The service is built on its own thread and served through the runner.
+    let handle = ServiceHandle::spawn_with(|runner| {
+        let engine = FakeEngine::new(Behaviour::Echo, 4096);
+        runner.run(Service::new(engine, FakeCodec, StdClock::new(), Config::default()));
+    })
+    .expect("spawn");
+    let mut pipe = handle.connect();
+    pipe.write_all(b"{\"id\":\"x\",\"prompt\":\"borrowed\"}\n").unwrap();
+    pipe.shutdown_write();
+    let evs = until_done(&mut BufReader::new(pipe), &json!("x"));
+    assert_eq!(evs.last().unwrap()["text"], "borrowed");
+    handle.shutdown();
+    // A body that returns without running: clients read EOF instead of hanging.
+    let handle = ServiceHandle::spawn_with(|_runner| {}).expect("spawn");
+    let mut pipe = handle.connect();
+    let _ = pipe.write_all(b"{\"op\":\"info\",\"id\":0}\n");
+    let mut line = String::new();
+    assert_eq!(BufReader::new(pipe).read_line(&mut line).unwrap(), 0);
+}

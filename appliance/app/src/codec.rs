@@ -1,0 +1,164 @@
+//! [`TokenizerCodec`]: `kore_service::Codec` over kore-tokenizer.
+//!
+//! The tokenizer is shared through an [`Arc`], so the streaming decoder the
+//! service keeps per request ([`OwnedDecoder`]) holds its own handle instead
+//! of borrowing the codec (the service stores decoders next to the codec, so
+//! a borrow would make it self-referential).
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use kore_service::{ChatMessage, Codec, Role, StreamDecode};
+use kore_tokenizer::{ChatOptions, ChatTemplate, Tokenizer};
+
+/// Stop ids of a Qwen3.5 model: the config's end-of-sequence ids plus
+/// `<|im_end|>` and `<|endoftext|>` when the tokenizer has them, sorted,
+/// deduplicated and below `vocab_size` (the model's, which may be larger or
+/// smaller than the tokenizer's).
+pub fn default_stop_ids(tokenizer: &Tokenizer, eos_ids: &[u32], vocab_size: usize) -> Vec<u32> {
+    let mut ids = eos_ids.to_vec();
+    ids.extend(["<|im_end|>", "<|endoftext|>"].iter().filter_map(|t| tokenizer.token_to_id(t)));
+    ids.sort_unstable();
+    ids.dedup();
+    ids.retain(|&id| (id as usize) < vocab_size);
+    ids
+}
+
+/// The served model's tokenizer, chat template and stop ids.
+#[derive(Debug, Clone)]
+pub struct TokenizerCodec {
+    tokenizer: Arc<Tokenizer>,
+    /// The chat template, or why the tokenizer cannot render chats.
+    template: Result<ChatTemplate, String>,
+    stop_ids: Vec<u32>,
+    think: Option<(u32, u32)>,
+}
+
+impl TokenizerCodec {
+    /// A codec over `tokenizer` whose generations end at `stop_ids` (see
+    /// [`default_stop_ids`]). A tokenizer without the Qwen3.5 chat tokens still
+    /// serves raw prompts; chat requests then fail with a clear message.
+    pub fn new(tokenizer: Arc<Tokenizer>, stop_ids: Vec<u32>) -> Self {
+        let template = ChatTemplate::new(&tokenizer).map_err(|e| e.to_string());
+        let think = tokenizer.token_to_id("<think>").zip(tokenizer.token_to_id("</think>"));
+        Self { tokenizer, template, stop_ids, think }
+    }
+
+    /// The shared tokenizer.
+    pub fn tokenizer(&self) -> &Arc<Tokenizer> {
+        &self.tokenizer
+    }
+}
+
+fn role(r: Role) -> kore_tokenizer::Role {
+    match r {
+        Role::System => kore_tokenizer::Role::System,
+        Role::User => kore_tokenizer::Role::User,
+        Role::Assistant => kore_tokenizer::Role::Assistant,
+    }
+}
+
+impl Codec for TokenizerCodec {
+    type Decoder = OwnedDecoder;
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        Ok(self.tokenizer.encode(text))
+    }
+
+    fn render_chat(&self, messages: &[ChatMessage], thinking: bool) -> Result<Vec<u32>, String> {
+        let template = self
+            .template
+            .as_ref()
+            .map_err(|e| format!("this model cannot chat ({e}); send a raw `prompt` instead"))?;
+        let msgs: Vec<kore_tokenizer::ChatMessage<'_>> = messages
+            .iter()
+            .map(|m| kore_tokenizer::ChatMessage::new(role(m.role), &m.content))
+            .collect();
+        let options = ChatOptions { add_generation_prompt: true, thinking };
+        template.render(&self.tokenizer, &msgs, options).map_err(|e| e.to_string())
+    }
+
+    fn decoder(&self) -> OwnedDecoder {
+        OwnedDecoder::new(Arc::clone(&self.tokenizer))
+    }
+
+    fn stop_ids(&self) -> &[u32] {
+        &self.stop_ids
+    }
+
+    fn think_ids(&self) -> Option<(u32, u32)> {
+        self.think
+    }
+}
+
+/// Streaming decoder owning a handle to the tokenizer: text comes out in
+/// whole UTF-8 characters, and everything pushed and flushed concatenates to
+/// [`Tokenizer::decode`] of the same ids (special tokens included, as
+/// `decode` keeps them; the service never pushes think markers or stop ids).
+#[derive(Debug)]
+pub struct OwnedDecoder {
+    tokenizer: Arc<Tokenizer>,
+    pending: Vec<u8>,
+}
+
+impl OwnedDecoder {
+    /// A decoder with nothing buffered.
+    pub fn new(tokenizer: Arc<Tokenizer>) -> Self {
+        Self { tokenizer, pending: Vec::new() }
+    }
+
+    /// Releases the longest prefix of `pending` that is complete text; bytes
+    /// that can never start a character become U+FFFD; with `all`, a cut
+    /// character at the end does too.
+    fn drain(&mut self, all: bool) -> String {
+        let mut out = String::new();
+        let mut start = 0;
+        while start < self.pending.len() {
+            match core::str::from_utf8(&self.pending[start..]) {
+                Ok(s) => {
+                    out.push_str(s);
+                    start = self.pending.len();
+                }
+                Err(e) => {
+                    let valid = start + e.valid_up_to();
+                    // Valid UTF-8 up to `valid` by the error's contract.
+                    out.push_str(core::str::from_utf8(&self.pending[start..valid]).unwrap_or(""));
+                    match e.error_len() {
+                        Some(n) => {
+                            out.push('\u{fffd}');
+                            start = valid + n;
+                        }
+                        None if all => {
+                            out.push('\u{fffd}');
+                            start = self.pending.len();
+                        }
+                        None => {
+                            start = valid;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.pending.drain(..start);
+        out
+    }
+}
+
+impl StreamDecode for OwnedDecoder {
+    fn push(&mut self, id: u32) -> String {
+        match self.tokenizer.token_bytes(id) {
+            Some(bytes) => self.pending.extend_from_slice(bytes),
+            // Ids past the tokenizer (a model vocabulary padded beyond it)
+            // decode to nothing, as `Tokenizer::decode` does.
+            None => return String::new(),
+        }
+        self.drain(false)
+    }
+
+    fn flush(&mut self) -> String {
+        self.drain(true)
+    }
+}

@@ -1,0 +1,25 @@
+//! Kore appliance adapters: the real inference engine (`kore-engine`) and
+//! tokenizer (`kore-tokenizer`) behind the traits of the chat service
+//! (`kore-service`), `no_std + alloc` so the very same adapters serve the
+//! protocol in the Kore guest (vsock port 1025) and in-process on the host
+//! (`kore-launch --native`, tests).
+//!
+//! - [`ModelEngine`]: `kore_service::Engine` over a loaded [`kore_engine::Model`],
+//!   one sequence [`kore_engine::State`] reused across requests and a
+//!   [`kore_engine::Sampler`] per request.
+//! - [`TokenizerCodec`]: `kore_service::Codec` over a shared
+//!   [`kore_tokenizer::Tokenizer`] (raw prompts, the Qwen3.5 chat template with
+//!   thinking on/off, stop ids) with [`OwnedDecoder`], a streaming decoder that
+//!   owns a reference-counted handle to the tokenizer instead of borrowing it.
+//!
+//! A service is then `Service::new(engine, codec, clock, config)` with the
+//! transport's clock (TSC in the guest, `StdClock` on the host).
+#![cfg_attr(not(feature = "std"), no_std)]
+#![warn(missing_docs)]
+extern crate alloc;
+
+pub mod codec;
+pub mod engine;
+
+pub use codec::{default_stop_ids, OwnedDecoder, TokenizerCodec};
+pub use engine::ModelEngine;
