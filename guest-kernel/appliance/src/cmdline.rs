@@ -11,6 +11,8 @@ pub struct Cmdline {
     pub selftest: Option<usize>,
     /// `prompt_ids=1,2,3`: the self-test prompt.
     pub prompt_ids: Option<Vec<u32>>,
+    /// `port=P`: the vsock port to serve on.
+    pub port: Option<u32>,
 }
 
 impl Cmdline {
@@ -31,6 +33,7 @@ impl Cmdline {
                     }
                     c.prompt_ids = Some(ids);
                 }
+                "port" => c.port = Some(v.parse().map_err(|_| bad())?),
                 _ => return Err(alloc::format!("unknown key `{k}`")),
             }
         }

@@ -5,12 +5,15 @@
 //! (zero copy), load the tokenizer, then announce readiness (console line
 //! `kore-appliance: ready ...` and a write of [`READY_MARKER`] to the VMM's marker port).
 //!
-//! Command line (space-separated `key=value`):
+//! Command line (space-separated `key=value`); without `selftest` the appliance serves the
+//! chat protocol (kore-service, `docs/protocol.md`) on vsock port [`SERVICE_PORT`]:
+//! - `port=P`: serve on vsock port P instead;
 //! - `selftest=N`: generate N greedy tokens from a prompt, print
 //!   `kore-appliance: selftest prompt_ids=[..] ids=[..]` and exit 0 (no vsock needed);
 //!   `prompt_ids=1,2,3` sets the prompt (default: the tokenizer's ids of [`SELFTEST_TEXT`]).
 //!
-//! Exit statuses: 0 done, 2 bad command line, 3 unusable pack, 4 generation failed.
+//! Exit statuses: 0 done, 2 bad command line, 3 unusable pack, 4 generation failed,
+//! 5 no usable vsock device / device error.
 #![no_std]
 #![no_main]
 
@@ -18,6 +21,7 @@ extern crate alloc;
 
 mod cmdline;
 mod selftest;
+mod serve;
 
 use kore_guest_pack::Pack;
 use kore_rt::{clock, println};
@@ -30,6 +34,8 @@ kore_rt::main!(main);
 /// Byte written to the marker port when the appliance is ready (`R`). Ring 3 may only use the
 /// marker port itself (the next port is ring-0 only), so the write is one byte wide.
 pub const READY_MARKER: u8 = b'R';
+/// The vsock port of the chat service.
+pub const SERVICE_PORT: u32 = 1025;
 /// The self-test's default prompt.
 pub const SELFTEST_TEXT: &str = "ROMEO.\nBut soft, what light";
 
@@ -41,6 +47,8 @@ pub mod exit {
     pub const BAD_PACK: u32 = 3;
     /// The engine failed while generating.
     pub const ENGINE: u32 = 4;
+    /// No usable vsock device, or the device failed.
+    pub const DEVICE: u32 = 5;
 }
 
 fn main() -> u32 {
@@ -88,8 +96,40 @@ fn main() -> u32 {
     if let Some(n) = cmd.selftest {
         return selftest::run(&model, &tokenizer, n, cmd.prompt_ids.as_deref());
     }
-    println!("kore-appliance: no mode selected (this build serves `selftest=N` only)");
-    exit::BAD_CMDLINE
+    serve_vsock(model, tokenizer, &pack, cmd.port.unwrap_or(SERVICE_PORT))
+}
+
+/// Serves kore-service on vsock `port` until the device fails.
+fn serve_vsock(
+    model: kore_engine::Model<'_>,
+    tokenizer: Tokenizer,
+    pack: &Pack<'_>,
+    port: u32,
+) -> u32 {
+    use alloc::sync::Arc;
+    let tokenizer = Arc::new(tokenizer);
+    let stops = kore_appliance::default_stop_ids(
+        &tokenizer,
+        &model.config.eos_token_ids,
+        model.config.vocab_size,
+    );
+    let engine = kore_appliance::ModelEngine::new(model, pack.manifest.name.clone(), stops.clone());
+    let codec = kore_appliance::TokenizerCodec::new(tokenizer, stops);
+    let mut svc =
+        kore_service::Service::new(engine, codec, serve::TscClock, kore_service::Config::default());
+    let mut dev = match kore_rt::vsock::open() {
+        Ok(d) => d,
+        Err(e) => {
+            println!("kore-appliance: no usable vsock device: {e:?}");
+            return exit::DEVICE;
+        }
+    };
+    let cid = dev.sockets.cid();
+    let e = serve::run(&mut dev, &mut svc, port, || {
+        announce_ready(&alloc::format!("vsock cid={cid} port={port}"))
+    });
+    println!("kore-appliance: vsock device failed: {e:?}");
+    exit::DEVICE
 }
 
 /// Tells the VMM/launcher the appliance is ready (console line + marker port write).

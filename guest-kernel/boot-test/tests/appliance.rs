@@ -2,52 +2,20 @@
 //! host: the pack reader agrees with kore-pack's, and the guest's greedy ids equal
 //! kore-engine's on the host for the same pack and prompt.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use kore_boot_test::{appliance_images, boot, config, Outcome};
 
+mod common;
+use common::{host_greedy, pack_files, tiny_pack, READY_MARKER};
+
 const TIMEOUT: Duration = Duration::from_secs(300);
 /// The appliance's default self-test prompt (`SELFTEST_TEXT` in appliance/src/main.rs).
 const SELFTEST_TEXT: &str = "ROMEO.\nBut soft, what light";
-/// The appliance's readiness marker (`READY_MARKER`).
-const READY_MARKER: u32 = b'R' as u32;
 
 fn show(o: &Outcome) -> String {
     format!("status {}\nconsole:\n{}", o.status, o.console.join("\n"))
-}
-
-/// The tiny pack: `model-packs/tiny` once it is committed, else imported from
-/// `model-packs/tiny-hf` (NVFP4, kore-pack's defaults) into the target directory.
-fn tiny_pack() -> &'static Path {
-    static PACK: OnceLock<PathBuf> = OnceLock::new();
-    PACK.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../model-packs");
-        let committed = root.join("tiny");
-        if committed.join("pack.toml").is_file() {
-            return committed;
-        }
-        // Imported afresh every run (under a second), then moved over the previous copy.
-        let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-        let out = deps.join("appliance-tiny-pack");
-        let tmp = deps.join(format!("appliance-tiny-pack.{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        kore_pack::import::import(
-            &root.join("tiny-hf"),
-            &tmp,
-            &kore_pack::import::ImportOptions::default(),
-            &kore_pack::progress::NoProgress,
-        )
-        .expect("import model-packs/tiny-hf");
-        let _ = std::fs::remove_dir_all(&out);
-        std::fs::rename(&tmp, &out).expect("move the imported pack into place");
-        out
-    })
-}
-
-fn pack_files(dir: &Path) -> Vec<PathBuf> {
-    ["pack.toml", "weights.safetensors", "tokenizer.json"].iter().map(|f| dir.join(f)).collect()
 }
 
 fn boot_appliance(files: &[PathBuf], vcpus: u32, cmdline: &str) -> Outcome {
@@ -70,19 +38,6 @@ fn ids_after(o: &Outcome, tag: &str, key: &str) -> Vec<u32> {
         &line[line.find(key).unwrap_or_else(|| panic!("no {key} in {line:?}")) + key.len()..];
     let list = &rest[1..rest.find(']').unwrap()];
     list.split(", ").filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect()
-}
-
-/// The host engine's greedy continuation over the same pack.
-fn host_greedy(pack_dir: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
-    let pack = kore_pack::Pack::open(pack_dir).unwrap();
-    let model = pack.model().unwrap();
-    let mut state = model.new_state();
-    let opts = kore_engine::GenerateOptions {
-        max_tokens: n,
-        stop_tokens: Vec::new(),
-        sampling: kore_engine::SamplingParams::greedy(),
-    };
-    kore_engine::generate(&model, &mut state, prompt, &opts, |_| true).unwrap().tokens
 }
 
 #[test]
@@ -138,4 +93,11 @@ fn bad_command_line_exits_2() {
     let o = boot_appliance(&pack_files(tiny_pack()), 1, "selftest=x");
     assert_eq!(o.status, 2, "{}", show(&o));
     assert!(o.said("bad command line: `selftest=x`"), "{}", show(&o));
+}
+
+#[test]
+fn service_mode_without_a_vsock_device_says_so_and_exits_5() {
+    let o = boot_appliance(&pack_files(tiny_pack()), 1, "");
+    assert_eq!(o.status, 5, "{}", show(&o));
+    assert!(o.said("kore-appliance: no usable vsock device"), "{}", show(&o));
 }
