@@ -1,11 +1,15 @@
 //! Entry stubs (assembly) and the exception report.
 //!
 //! * `kcall_entry` (vector 3, DPL 3): the `int3` kernel-call gate. Its paths are a handful of
-//!   instructions each because ring 0 is emulated: `WAIT` is `mov rcx, EOI; sti; hlt; cli; iretq`, `EXIT` an
-//!   `out`, `LOG` an `out` loop over user memory.
-//! * `irq_entry`: EOI to the local APIC (any value written to the EOI register; its address is
-//!   in `rcx`, loaded by `WAIT`, the only code that runs with IF = 1) and return; the interrupt's
-//!   only job is to end a `hlt`.
+//!   instructions each because ring 0 is emulated: `WAIT` returns at once if this CPU's
+//!   `WOKEN` flag is set (an interrupt arrived since the last wait), else `sti; hlt; cli`; either
+//!   way it clears the flag. `EXIT` is an `out`, `LOG` an `out` loop over user memory.
+//! * `irq_entry`: sets this CPU's `WOKEN` flag, EOIs the local APIC and returns; the interrupt's
+//!   only job is to end a `hlt`. It saves what it uses: although ring 3 runs with IF = 0, the
+//!   PVM host here sometimes delivers a device interrupt while ring 3 runs, so the stub must not
+//!   trust any register and must leave a trace that the next `WAIT` sees (else that wake-up is
+//!   lost). The CPU index comes from the stack pointer: both entries run on the CPU's own
+//!   kernel stack in `[STACKS + cpu * STACK_SLOT, +STACK_SLOT)`.
 //! * `exc<N>`: push the vector (and a zero error code where the CPU pushes none), save all
 //!   registers and call [`exception`], which prints them with CR2 and ends the VM.
 
@@ -25,14 +29,21 @@ core::arch::global_asm!(
     "je 44f",
     "mov rax, -1",
     "iretq",
-    // wait: interrupts pending since the last wait end the hlt at once (sti shadow). This is
-    // the only place IF is 1, so every device/IPI interrupt lands here, with rcx = the EOI
-    // register for `kore_irq_entry` (rcx is a call clobber; the rax result is unused).
+    // wait: an interrupt taken since the last wait (flag set) ends it at once; interrupts
+    // pending in the LAPIC end the hlt at once (sti shadow). rax, rcx are call clobbers.
     "22:",
-    "mov rcx, {eoi}",
+    "mov rax, rsp",
+    "sub rax, {stacks}",
+    "shr rax, {slot_shift}",
+    "lea rcx, [rip + {woken}]",
+    "add rcx, rax",
+    "cmp byte ptr [rcx], 0",
+    "jne 23f",
     "sti",
     "hlt",
     "cli",
+    "23:",
+    "mov byte ptr [rcx], 0",
     "iretq",
     // log(rdi = ptr, rsi = len): only user memory, no wrap-around.
     "33:",
@@ -70,7 +81,17 @@ core::arch::global_asm!(
     "",
     ".global kore_irq_entry",
     "kore_irq_entry:",
-    "mov dword ptr [rcx], ecx",
+    "push rax",
+    "push rcx",
+    "mov rax, rsp",
+    "sub rax, {stacks}",
+    "shr rax, {slot_shift}",
+    "lea rcx, [rip + {woken}]",
+    "mov byte ptr [rcx + rax], 1",
+    "mov rax, {eoi}",
+    "mov dword ptr [rax], eax",
+    "pop rcx",
+    "pop rax",
     "iretq",
     "",
     ".global kore_spurious_entry",
@@ -82,7 +103,18 @@ core::arch::global_asm!(
     com1 = const ports::SERIAL_COM1,
     exit_port = const ports::DEBUG_EXIT,
     eoi = const layout::LAPIC_BASE + 0xb0,
+    stacks = const layout::STACKS,
+    slot_shift = const SLOT_SHIFT,
+    woken = sym WOKEN,
 );
+
+/// `log2(STACK_SLOT)`: the CPU index is `(rsp - STACKS) >> SLOT_SHIFT` on its kernel stack.
+const SLOT_SHIFT: u32 = layout::STACK_SLOT.trailing_zeros();
+const _: () = assert!(1 << SLOT_SHIFT == layout::STACK_SLOT && layout::STACKS < 1 << 31);
+
+/// Per-CPU "an interrupt arrived since the last WAIT" flags (written only by the stubs above).
+static WOKEN: [core::sync::atomic::AtomicU8; layout::MAX_VCPUS as usize] =
+    [const { core::sync::atomic::AtomicU8::new(0) }; layout::MAX_VCPUS as usize];
 
 core::arch::global_asm!(
     ".section .text.exc,\"ax\"",
