@@ -2,17 +2,16 @@
 //! engine involved. Ids equal Hugging Face `tokenizers`' `encode(text).ids`
 //! (special tokens written in the text are recognised).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kore_tokenizer::Tokenizer;
 
 use crate::cli::TokenizeArgs;
 use crate::error::{LaunchError, Result};
-use crate::model::DEFAULT_MODEL;
 
 /// Runs the command.
 pub fn run(args: TokenizeArgs) -> Result<()> {
-    let model = args.model.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL));
+    let model = crate::model::resolve(args.model.as_deref())?;
     let tokenizer = load(&model)?;
     let text = match (&args.text, &args.file) {
         (Some(text), _) => text.clone(),
@@ -31,7 +30,7 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
 
 /// Loads `tokenizer.json` from a pack or Hugging Face directory (or the file itself).
 fn load(model: &Path) -> Result<Tokenizer> {
-    let path = if model.is_dir() { model.join("tokenizer.json") } else { model.to_path_buf() };
+    let path = crate::model::tokenizer_path(model);
     if !path.is_file() {
         return Err(LaunchError::Model(format!(
             "{}: no tokenizer.json (--model takes a pack or Hugging Face model directory)",
@@ -58,6 +57,7 @@ fn read_text(file: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn fixture(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../appliance/tokenizer/tests/data").join(name)
