@@ -166,3 +166,34 @@ fn broken_packs_fail_with_one_line_naming_the_file() {
     ok(&out);
     std::fs::remove_dir_all(pack).unwrap();
 }
+
+/// A line such as `ANTONY.` or `FIRST CITIZEN.`: a speaker heading of a play.
+fn is_speaker_heading(line: &str) -> bool {
+    let name = line.trim().strip_suffix('.').unwrap_or("");
+    name.len() >= 2 && name.chars().all(|c| c.is_ascii_uppercase() || c == ' ')
+}
+
+#[test]
+fn default_pack_continues_a_shakespeare_prompt() {
+    // From a subdirectory of the checkout, with no --model: the default pack is found.
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(env!("CARGO_BIN_EXE_kore-launch"))
+        .current_dir(launcher)
+        .args([
+            "generate",
+            "--native",
+            "--prompt",
+            "ROMEO.\nBut soft, what light",
+            "--max-tokens",
+            "40",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let v = last_json(&out);
+    let text = v["text"].as_str().unwrap();
+    assert_eq!(v["stats"]["generated_tokens"].as_u64(), Some(40), "{v}");
+    assert!(text.lines().any(is_speaker_heading), "no speaker heading in {text:?}");
+    let words = text.split_whitespace().filter(|w| w.chars().any(|c| c.is_ascii_alphabetic()));
+    assert!(words.count() >= 10, "{text:?}");
+}
