@@ -279,7 +279,9 @@ fn setup_lapic(vcpu: &VcpuFd) -> Result<(), CpuError> {
         }
     };
     put(0xf0, 0x1ff); // spurious vector 0xff, APIC software-enabled
-    put(0x350, 0x700); // LINT0: ExtINT
+                      // LINT0 masked: KVM also routes GSIs 0-15 to its 8259 PIC, whose
+                      // uninitialised vector base would deliver e.g. GSI 5 as vector 5.
+    put(0x350, 0x1_0700); // LINT0: ExtINT, masked
     put(0x360, 0x400); // LINT1: NMI
     vcpu.set_lapic(&lapic).map_err(kvm("SET_LAPIC"))
 }

@@ -166,7 +166,6 @@ fn install_kick_handler() {
 }
 
 /// Pieces a VM is built from before its vCPUs start (used by devices).
-#[allow(dead_code)] // used by the virtio devices (vsock), not yet attached
 pub(crate) struct Setup {
     pub vm: Arc<VmFd>,
     pub mem: GuestMemoryMmap,

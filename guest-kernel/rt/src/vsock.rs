@@ -45,15 +45,21 @@ fn route_gsi(gsi: u32, vector: u8) {
     write(0x10 + 2 * gsi, vector as u32);
 }
 
-/// Runs the device until `done` returns true: polls the rings, and when nothing moves halts
-/// this vCPU until the next interrupt (an interrupt that came in meanwhile ends the halt at once).
+/// Runs the device until `done` returns true and everything written so far has reached the
+/// device ([`Device::tx_idle`]): polls the rings, and when nothing moves halts this vCPU until
+/// the next interrupt (an interrupt that came in meanwhile ends the halt at once). Returning
+/// with packets still queued would lose them if the guest then exits, and would leave the
+/// transmit ring too full for a following close's SHUTDOWN.
 pub fn run_until(
     dev: &mut Device,
     mut done: impl FnMut(&mut Device) -> bool,
 ) -> Result<(), DriverError> {
+    // `done` may have side effects (e.g. accept): once it said true, it is not asked again.
+    let mut finished = false;
     loop {
         while dev.poll()? {}
-        if done(dev) {
+        finished = finished || done(dev);
+        if finished && dev.tx_idle() {
             return Ok(());
         }
         kcall::wait();

@@ -21,7 +21,7 @@
 //! | `efer` | [`EFER`]: SCE, LME, LMA, NXE |
 //! | `xcr0` | [`XCR0_WANTED`] masked by what the CPU supports (x87, SSE, AVX, AVX-512 state) |
 //! | MSRs | `STAR` = [`STAR`], `LSTAR`/`CSTAR`/`SFMASK` = 0, PAT = power-on default |
-//! | LAPIC | xAPIC at [`crate::layout::LAPIC_BASE`], enabled; LINT0 ExtINT, LINT1 NMI |
+//! | LAPIC | xAPIC at [`crate::layout::LAPIC_BASE`], enabled; LINT0 masked (no 8259 PIC interrupts), LINT1 NMI |
 //!
 //! CPUID shows the host's SIMD features (SSE..AVX-512, FMA, F16C, XSAVE,
 //! OSXSAVE) even where KVM's own list lacks them; the guest may use them in

@@ -2,3 +2,4 @@
 //! ports, the virtio-mmio transport and the virtio-vsock device.
 
 pub mod serial;
+pub mod virtio;

@@ -264,6 +264,12 @@ impl<M: Mmio> VsockDevice<M> {
         Ok(())
     }
 
+    /// True when every packet the socket layer queued has been handed to the device and the
+    /// device has returned all transmit buffers (nothing is in flight towards the host).
+    pub fn tx_idle(&self) -> bool {
+        !self.sockets.has_transmit() && self.tx.q.num_free() == self.tx.q.size()
+    }
+
     /// Reads and acknowledges the interrupt status (call after a wake-up); returns it.
     pub fn ack_interrupt(&mut self) -> u32 {
         let s = self.mmio.read32(reg::INTERRUPT_STATUS);
@@ -353,6 +359,15 @@ impl<M: Mmio> VsockDevice<M> {
             self.mmio.write32(reg::QUEUE_NOTIFY, RX);
         }
         Ok(progress || sent)
+    }
+}
+
+impl<M: Mmio> Drop for VsockDevice<M> {
+    /// Resets the device before the ring memory and buffers are freed: the device may still own
+    /// buffers (e.g. a SHUTDOWN just queued), and after a reset it must not touch them
+    /// (virtio 1.2 §2.1.2); without it the device could read freed, reused memory.
+    fn drop(&mut self) {
+        self.mmio.write32(reg::STATUS, 0);
     }
 }
 
