@@ -64,7 +64,8 @@ fn selftest_greedy_ids_equal_the_host_engine() {
     assert_eq!(prompt, tok.encode(SELFTEST_TEXT), "guest tokenizer differs from the host's");
     let guest = ids_after(&o, "selftest prompt_ids=", " ids=");
     assert_eq!(guest.len(), N, "{}", show(&o));
-    for l in o.console.iter().filter(|l| l.contains("selftest prefill") || l.contains("loaded in")) {
+    for l in o.console.iter().filter(|l| l.contains("selftest prefill") || l.contains("loaded in"))
+    {
         eprintln!("{l}");
     }
     assert_eq!(guest, host_greedy(dir, &prompt, N), "{}", show(&o));
