@@ -32,6 +32,7 @@ pub use config::{ConfigError, LayerKind, ModelConfig};
 pub use generate::{generate, GenerateOptions, Generation, StopReason};
 pub use model::{ForwardError, LoadError, Logits, Model};
 pub use sampling::{Sampler, SamplingParams};
-pub use state::State;
+pub use model::MtpState;
+pub use state::{Checkpoints, State};
 pub use tensor::{DType, TensorSource, TensorView};
 pub use weights::{Linear, WeightError};

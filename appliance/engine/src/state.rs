@@ -1,7 +1,9 @@
 //! Per-sequence state: each layer's cache (DeltaNet conv window and f32
 //! recurrent state, or the attention KV cache), the position, and the trunk's
 //! last final-normed hidden state (input of the MTP head). Cloning a state is
-//! a checkpoint; `reset` starts a new sequence.
+//! a checkpoint; `reset` starts a new sequence. [`Checkpoints`] record the
+//! DeltaNet states after every token of one forward call so that speculative
+//! decoding can [`State::rewind`] to the accepted prefix without recomputing.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -88,5 +90,110 @@ impl State {
             }
         }
         self.last_hidden.fill(0.0);
+    }
+}
+
+/// DeltaNet states after every token of one checkpointed forward call
+/// (`Model::forward_hidden_checkpointed`). Reused between calls to keep its
+/// allocations.
+#[derive(Clone, Debug, Default)]
+pub struct Checkpoints {
+    /// Per layer: `[tokens, conv_window ++ recurrent]` (empty for attention layers).
+    layers: Vec<Vec<f32>>,
+    pos0: usize,
+    tokens: usize,
+}
+
+impl Checkpoints {
+    /// An empty recorder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts recording a call of `tokens` tokens at position `pos0`.
+    pub(crate) fn begin(&mut self, layers: usize, pos0: usize, tokens: usize) {
+        self.layers.resize_with(layers, Vec::new);
+        self.layers.iter_mut().for_each(Vec::clear);
+        self.pos0 = pos0;
+        self.tokens = tokens;
+    }
+
+    /// The sink of layer `i`.
+    pub(crate) fn layer_mut(&mut self, i: usize) -> &mut Vec<f32> {
+        &mut self.layers[i]
+    }
+
+    /// Tokens of the recorded call.
+    pub fn tokens(&self) -> usize {
+        self.tokens
+    }
+
+    /// Position of the recorded call's first token.
+    pub fn start(&self) -> usize {
+        self.pos0
+    }
+}
+
+/// [`State::rewind`] was asked for a prefix the checkpoints do not cover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RewindError {
+    /// Tokens asked to keep.
+    pub keep: usize,
+    /// Tokens recorded.
+    pub recorded: usize,
+}
+
+impl core::fmt::Display for RewindError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "cannot rewind to {} tokens of a checkpointed call of {} (state moved since?)",
+            self.keep, self.recorded
+        )
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for RewindError {}
+
+impl State {
+    /// Rewinds a state that ran the checkpointed call `ckpt` (and nothing
+    /// after it) to just after its first `keep` tokens (1..=tokens):
+    /// attention caches are truncated, DeltaNet conv and recurrent states
+    /// restored from the checkpoint, and `last_hidden` set to `hidden` (the
+    /// trunk's final normed state at that token).
+    pub fn rewind(
+        &mut self,
+        ckpt: &Checkpoints,
+        keep: usize,
+        hidden: &[f32],
+    ) -> Result<(), RewindError> {
+        let bad = RewindError { keep, recorded: ckpt.tokens };
+        if keep == 0 || keep > ckpt.tokens || self.pos != ckpt.pos0 + ckpt.tokens {
+            return Err(bad);
+        }
+        let (old, new) = (self.pos, ckpt.pos0 + keep);
+        for (l, rec) in self.layers.iter_mut().zip(&ckpt.layers) {
+            match l {
+                LayerState::Linear { conv, recurrent } => {
+                    let size = conv.len() + recurrent.len();
+                    if rec.len() != size * ckpt.tokens {
+                        return Err(bad);
+                    }
+                    let snap = &rec[(keep - 1) * size..keep * size];
+                    let (c, r) = snap.split_at(conv.len());
+                    conv.copy_from_slice(c);
+                    recurrent.copy_from_slice(r);
+                }
+                LayerState::Full { k, v } => {
+                    let row = k.len().checked_div(old).unwrap_or(0);
+                    k.truncate(new * row);
+                    v.truncate(new * row);
+                }
+            }
+        }
+        self.pos = new;
+        self.last_hidden.copy_from_slice(hidden);
+        Ok(())
     }
 }

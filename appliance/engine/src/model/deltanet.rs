@@ -72,6 +72,20 @@ impl<'a> DeltaNet<'a> {
         conv_state: &mut [f32],
         recurrent: &mut [f32],
     ) -> Vec<f32> {
+        self.forward_checkpointed(cfg, x, tokens, conv_state, recurrent, None)
+    }
+
+    /// [`DeltaNet::forward`] that appends `conv_state ++ recurrent` to `ckpt`
+    /// after every token (speculative decoding rewinds to any of them).
+    pub fn forward_checkpointed(
+        &self,
+        cfg: &ModelConfig,
+        x: &[f32],
+        tokens: usize,
+        conv_state: &mut [f32],
+        recurrent: &mut [f32],
+        mut ckpt: Option<&mut Vec<f32>>,
+    ) -> Vec<f32> {
         let (kd, vd, cd) = (cfg.linear_key_dim(), cfg.linear_value_dim(), cfg.linear_conv_dim());
         let hv = cfg.linear_num_value_heads;
         let mut qkv = vec![0.0; tokens * cd]; // [T, conv_dim]
@@ -106,6 +120,10 @@ impl<'a> DeltaNet<'a> {
                 .zip(z[t * vd..].chunks_exact(cfg.linear_value_head_dim))
             {
                 rms_norm_gated(o, zz, &self.norm, cfg.rms_norm_eps);
+            }
+            if let Some(c) = ckpt.as_deref_mut() {
+                c.extend_from_slice(conv_state);
+                c.extend_from_slice(recurrent);
             }
         }
         let mut y = vec![0.0; tokens * cfg.hidden_size];

@@ -12,6 +12,7 @@
 
 mod attention;
 mod deltanet;
+mod mtp;
 
 use alloc::format;
 use alloc::vec;
@@ -20,11 +21,12 @@ use core::fmt;
 
 pub use attention::Attention;
 pub use deltanet::DeltaNet;
+pub use mtp::MtpState;
 
 use crate::config::{ConfigError, LayerKind, ModelConfig};
 use crate::kernels::matmul;
 use crate::ops::{rms_norm_1p_rows, rope_inv_freq, silu};
-use crate::state::{LayerState, State};
+use crate::state::{Checkpoints, LayerState, State};
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
 
@@ -76,6 +78,15 @@ pub enum ForwardError {
     },
     /// The state was made for a different model.
     StateMismatch,
+    /// MTP drafting was asked of a checkpoint without `mtp.*` weights.
+    NoMtpHead,
+    /// The MTP head was given a hidden-state buffer of the wrong size.
+    HiddenShape {
+        /// Values expected (`tokens * hidden`).
+        expected: usize,
+        /// Values given.
+        got: usize,
+    },
 }
 
 impl fmt::Display for ForwardError {
@@ -90,6 +101,13 @@ impl fmt::Display for ForwardError {
             }
             ForwardError::StateMismatch => {
                 write!(f, "sequence state does not belong to this model")
+            }
+            ForwardError::NoMtpHead => write!(
+                f,
+                "the model has no MTP head (no mtp.* weights); generate with --mtp 0"
+            ),
+            ForwardError::HiddenShape { expected, got } => {
+                write!(f, "MTP hidden input has {got} values, expected {expected}")
             }
         }
     }
@@ -260,35 +278,84 @@ impl<'a> Model<'a> {
         state: &mut State,
         tokens: &[u32],
     ) -> Result<Vec<f32>, ForwardError> {
+        self.trunk(state, tokens, None)
+    }
+
+    /// [`Model::forward_hidden`] that also records, after every token, each
+    /// DeltaNet layer's conv window and recurrent state into `ckpt`, so the
+    /// state can be rewound to any prefix of `tokens` ([`State::rewind`]); used
+    /// to verify speculative drafts in one batch.
+    pub fn forward_hidden_checkpointed(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        ckpt: &mut Checkpoints,
+    ) -> Result<Vec<f32>, ForwardError> {
+        self.trunk(state, tokens, Some(ckpt))
+    }
+
+    fn trunk(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        mut ckpt: Option<&mut Checkpoints>,
+    ) -> Result<Vec<f32>, ForwardError> {
         self.check_input(state, tokens)?;
         let cfg = &self.config;
         let (t, h) = (tokens.len(), cfg.hidden_size);
-        let mut x = vec![0.0; t * h]; // [T, H]
-        for (row, &tok) in x.chunks_exact_mut(h).zip(tokens) {
-            self.embed_tokens.decode_row(tok as usize, row);
-        }
+        let mut x = self.embed(tokens); // [T, H]
         let pos0 = state.pos;
-        for (layer, ls) in self.layers.iter().zip(state.layers.iter_mut()) {
-            let mut hn = x.clone();
-            rms_norm_1p_rows(&mut hn, &layer.input_norm, cfg.rms_norm_eps);
-            let mixed = match (&layer.mixer, ls) {
-                (Mixer::Linear(d), LayerState::Linear { conv, recurrent }) => {
-                    d.forward(cfg, &hn, t, conv, recurrent)
-                }
-                (Mixer::Full(a), LayerState::Full { k, v }) => {
-                    a.forward(cfg, &self.inv_freq, &hn, t, pos0, k, v)
-                }
-                _ => unreachable!("state layout checked in check_input"),
-            };
-            add(&mut x, &mixed);
-            let mut hn = x.clone();
-            rms_norm_1p_rows(&mut hn, &layer.post_attention_norm, cfg.rms_norm_eps);
-            add(&mut x, &mlp_forward(&layer.mlp, &hn, t));
+        if let Some(c) = ckpt.as_deref_mut() {
+            c.begin(self.layers.len(), pos0, t);
+        }
+        for (i, (layer, ls)) in self.layers.iter().zip(state.layers.iter_mut()).enumerate() {
+            let sink = ckpt.as_deref_mut().map(|c| c.layer_mut(i));
+            self.layer_forward(layer, ls, &mut x, t, pos0, sink);
         }
         rms_norm_1p_rows(&mut x, &self.norm, cfg.rms_norm_eps);
         state.pos += t;
         state.last_hidden.copy_from_slice(&x[(t - 1) * h..]);
         Ok(x)
+    }
+
+    /// Token embeddings `[T, hidden]` (ids must be in range).
+    pub(crate) fn embed(&self, tokens: &[u32]) -> Vec<f32> {
+        let h = self.config.hidden_size;
+        let mut x = vec![0.0; tokens.len() * h];
+        for (row, &tok) in x.chunks_exact_mut(h).zip(tokens) {
+            self.embed_tokens.decode_row(tok as usize, row);
+        }
+        x
+    }
+
+    /// One pre-norm decoder layer over `x` (`[T, hidden]`, residual stream)
+    /// at positions `pos0..pos0+T`, in place. `ckpt` (DeltaNet layers only)
+    /// receives the layer's state after every token.
+    pub(crate) fn layer_forward(
+        &self,
+        layer: &Layer<'_>,
+        ls: &mut LayerState,
+        x: &mut [f32],
+        t: usize,
+        pos0: usize,
+        ckpt: Option<&mut Vec<f32>>,
+    ) {
+        let cfg = &self.config;
+        let mut hn = x.to_vec();
+        rms_norm_1p_rows(&mut hn, &layer.input_norm, cfg.rms_norm_eps);
+        let mixed = match (&layer.mixer, ls) {
+            (Mixer::Linear(d), LayerState::Linear { conv, recurrent }) => {
+                d.forward_checkpointed(cfg, &hn, t, conv, recurrent, ckpt)
+            }
+            (Mixer::Full(a), LayerState::Full { k, v }) => {
+                a.forward(cfg, &self.inv_freq, &hn, t, pos0, k, v)
+            }
+            _ => unreachable!("state layout checked in check_input"),
+        };
+        add(x, &mixed);
+        let mut hn = x.to_vec();
+        rms_norm_1p_rows(&mut hn, &layer.post_attention_norm, cfg.rms_norm_eps);
+        add(x, &mlp_forward(&layer.mlp, &hn, t));
     }
 
     /// Validates tokens and state before anything is mutated.
