@@ -7,7 +7,8 @@
 //! - [`weights`]: `Linear` (F32/BF16/F16/NVFP4), borrowed in place.
 //! - [`kernels`]: the matrix products (one place to speed up).
 //! - [`model`]: the forward pass; [`state`]: per-sequence caches.
-//! - [`sampling`], [`generate`]: token selection and the generation loop.
+//! - [`sampling`], [`generate`]: token selection and the generation loop;
+//!   [`spec`]: speculative decoding with the MTP head.
 //! - [`hf`] (feature `std`): memory-mapped Hugging Face model directories.
 #![cfg_attr(not(feature = "std"), no_std)]
 // `is_multiple_of` needs Rust 1.87; the workspace supports 1.85.
@@ -24,6 +25,7 @@ pub mod ops;
 pub mod safetensors;
 pub mod sampling;
 pub mod source;
+pub mod spec;
 pub mod state;
 pub mod tensor;
 pub mod weights;
@@ -33,6 +35,7 @@ pub use generate::{generate, GenerateOptions, Generation, StopReason};
 pub use model::{ForwardError, LoadError, Logits, Model};
 pub use sampling::{Sampler, SamplingParams};
 pub use model::MtpState;
+pub use spec::{generate_spec, Restore, SpecOptions, SpecStats, Speculator};
 pub use state::{Checkpoints, State};
 pub use tensor::{DType, TensorSource, TensorView};
 pub use weights::{Linear, WeightError};

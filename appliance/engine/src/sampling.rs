@@ -88,9 +88,21 @@ impl Sampler {
 
     /// Picks the next token from `logits` (`[vocab]`).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        if self.params.is_greedy() {
+            return argmax(logits);
+        }
+        let dist = self.distribution(logits);
+        self.draw(&dist)
+    }
+
+    /// The distribution [`Sampler::sample`] draws from: `(token, probability)`
+    /// after temperature, top-k, top-p and min-p, normalised, most likely
+    /// first. Greedy gives the argmax with probability 1. Empty only when
+    /// every logit is NaN.
+    pub fn distribution(&self, logits: &[f32]) -> Vec<(u32, f64)> {
         let p = self.params;
         if p.is_greedy() {
-            return argmax(logits);
+            return alloc::vec![(argmax(logits), 1.0)];
         }
         // Candidates sorted by logit, best first (NaN excluded).
         let mut cand: Vec<(u32, f32)> = logits
@@ -100,7 +112,7 @@ impl Sampler {
             .map(|(i, &v)| (i as u32, v))
             .collect();
         if cand.is_empty() {
-            return 0;
+            return Vec::new();
         }
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && p.top_k < cand.len() {
@@ -130,15 +142,27 @@ impl Sampler {
         }
         probs.truncate(keep.max(1));
         normalize(&mut probs);
+        cand.iter().zip(probs).map(|(c, q)| (c.0, q)).collect()
+    }
+
+    /// Draws one token from `dist` (`(token, probability)` pairs summing to
+    /// 1) with one uniform number; 0 for an empty distribution.
+    pub fn draw(&mut self, dist: &[(u32, f64)]) -> u32 {
+        let Some(last) = dist.last() else { return 0 };
         let u = self.rng.next_f64();
         let mut acc = 0.0;
-        for (i, q) in probs.iter().enumerate() {
+        for &(tok, q) in dist {
             acc += q;
             if u < acc {
-                return cand[i].0;
+                return tok;
             }
         }
-        cand[probs.len() - 1].0
+        last.0
+    }
+
+    /// A uniform number in [0, 1) from the sampler's generator.
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.next_f64()
     }
 }
 

@@ -1,0 +1,98 @@
+//! Measurement, not a check (ignored by default): decode speed and tokens per
+//! step of MTP speculative decoding on the trained tiny model, for each draft
+//! count, draft vocabulary and restore method, alternating with plain
+//! decoding in one run. Prints a table; figures go to docs/benchmarks.md.
+//!
+//! `cargo test --release -p kore-engine --test mtp_bench -- --ignored --nocapture`
+//! (KORE_MTP_BENCH_TOKENS sets the tokens per run, default 160).
+
+use std::path::Path;
+use std::time::Instant;
+
+use kore_engine::hf::HfModelDir;
+use kore_engine::{generate, generate_spec, GenerateOptions, Restore, SamplingParams, SpecOptions};
+
+const PROMPTS: [&[u32]; 2] = [
+    // "ROMEO:\nBut soft, what light through yonder window breaks?\n"
+    &[1767, 36, 46, 393, 470, 2566, 11, 479, 1238, 1559, 285, 1598, 1378, 303, 1373, 82, 559],
+    // "KING HENRY:\nOnce more unto the breach, dear friends,"
+    &[601, 1516, 393, 46, 828, 515, 1242, 268, 727, 937, 11, 1050, 1042, 11],
+];
+
+#[test]
+#[ignore]
+fn mtp_decode_speed() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../model-packs/tiny-hf");
+    let hf = HfModelDir::open(&dir).unwrap();
+    let model = hf.model().unwrap();
+    let v = model.config.vocab_size;
+    let tokens: usize =
+        std::env::var("KORE_MTP_BENCH_TOKENS").ok().and_then(|s| s.parse().ok()).unwrap_or(160);
+    let opts = GenerateOptions {
+        max_tokens: tokens,
+        stop_tokens: vec![],
+        sampling: SamplingParams::greedy(),
+    };
+    // Plain decoding time of `tokens - 1` decode steps (prefill excluded by
+    // subtracting a max_tokens = 1 run).
+    let plain = |p: &[u32]| {
+        let t = Instant::now();
+        generate(&model, &mut model.new_state(), p, &GenerateOptions { max_tokens: 1, ..opts.clone() }, |_| true).unwrap();
+        let pre = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        generate(&model, &mut model.new_state(), p, &opts, |_| true).unwrap();
+        t.elapsed().as_secs_f64() - pre
+    };
+    let spec = |p: &[u32], s: &SpecOptions| {
+        let t = Instant::now();
+        generate(&model, &mut model.new_state(), p, &GenerateOptions { max_tokens: 1, ..opts.clone() }, |_| true).unwrap();
+        let pre = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let (_, st) = generate_spec(&model, &mut model.new_state(), p, &opts, s, |_| true).unwrap();
+        (t.elapsed().as_secs_f64() - pre, st)
+    };
+    println!("| drafts | adaptive | draft vocab | restore | tokens/step | acceptance per position | decode speedup |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let mut configs = vec![];
+    for n in 1..=7 {
+        configs.push(SpecOptions { adaptive: false, ..SpecOptions::new(n) });
+    }
+    for n in [2, 3, 4] {
+        configs.push(SpecOptions { adaptive: false, draft_vocab: v / 4, ..SpecOptions::new(n) });
+        configs.push(SpecOptions { adaptive: false, restore: Restore::Recompute, ..SpecOptions::new(n) });
+    }
+    for n in [3, 5, 7] {
+        configs.push(SpecOptions { draft_vocab: v / 4, ..SpecOptions::new(n) });
+    }
+    for s in &configs {
+        let (mut t_plain, mut t_spec, mut steps, mut step_tokens) = (0.0, 0.0, 0, 0);
+        let (mut drafted, mut accepted) = ([0u64; 7], [0u64; 7]);
+        for p in PROMPTS {
+            t_plain += plain(p);
+            let (t, st) = spec(p, s);
+            t_spec += t;
+            steps += st.steps;
+            step_tokens += st.step_tokens;
+            for j in 0..7 {
+                drafted[j] += st.drafted[j];
+                accepted[j] += st.accepted[j];
+            }
+        }
+        let acc: Vec<String> = drafted
+            .iter()
+            .zip(&accepted)
+            .take_while(|(d, _)| **d > 0)
+            .map(|(d, a)| format!("{:.2}", *a as f64 / *d as f64))
+            .collect();
+        println!(
+            "| {} | {} | {} | {:?} | {:.2} | {} | {:.2}x |",
+            s.max_drafts,
+            s.adaptive,
+            if s.draft_vocab == 0 { v } else { s.draft_vocab },
+            s.restore,
+            step_tokens as f64 / steps as f64,
+            acc.join(" "),
+            t_plain / t_spec
+        );
+    }
+}
