@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use kore_engine::{Logits, Sampler, SamplingParams};
+use kore_engine::{Logits, Sampler, SamplingParams, SpecOptions, Speculator};
 use serde_json::json;
 
 use crate::cli::{GenerateArgs, SamplingArgs};
@@ -14,6 +14,16 @@ use crate::model;
 
 /// Tokens generated when `--max-tokens` is absent.
 const DEFAULT_MAX_TOKENS: usize = 128;
+
+/// Drafts per step when `--mtp` is absent and the model has an MTP head
+/// (chosen by measurement on the default model, docs/benchmarks.md "MTP").
+pub const DEFAULT_MTP: usize = 3;
+
+/// Draft vocabulary: the lowest ids of the lm_head (byte-level BPE ids are
+/// roughly frequency-ranked); a quarter of the vocabulary, at least 1024.
+pub fn draft_vocab(vocab: usize) -> usize {
+    (vocab / 4).max(1024).min(vocab)
+}
 
 /// Runs `generate`.
 pub fn run(args: GenerateArgs) -> Result<()> {
@@ -49,14 +59,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             files.path.display()
         )));
     }
-    if args.sampling.mtp.unwrap_or(0) > 0 {
-        tracing::warn!(
-            "MTP drafting is not implemented in the native engine yet; generating without drafts"
-        );
-    }
+    let mtp = mtp_drafts(&model, args.sampling.mtp)?;
     let params = sampling_params(&args.sampling)?;
     let max_tokens = args.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-    let run = decode(&model, &prompt, max_tokens, &files.stop_tokens, params)?;
+    let run = if mtp > 0 {
+        decode_mtp(&model, &prompt, max_tokens, &files.stop_tokens, params, mtp)?
+    } else {
+        decode(&model, &prompt, max_tokens, &files.stop_tokens, params)?
+    };
     let text = match &files.tokenizer {
         Some(t) => t.decode(&run.tokens),
         None => {
@@ -94,13 +104,77 @@ fn sampling_params(s: &SamplingArgs) -> Result<SamplingParams> {
     Ok(SamplingParams { temperature, top_k: s.top_k.unwrap_or(0), top_p, min_p, seed })
 }
 
+/// Drafts per step: `--mtp N` (at most 7), or [`DEFAULT_MTP`] when the
+/// model has an MTP head; 0 without one.
+pub fn mtp_drafts(model: &kore_engine::Model<'_>, asked: Option<usize>) -> Result<usize> {
+    match asked {
+        Some(n) if n > kore_engine::spec::MAX_DRAFTS => Err(LaunchError::Usage(format!(
+            "--mtp {n}: at most {} drafts per step",
+            kore_engine::spec::MAX_DRAFTS
+        ))),
+        Some(n) if n > 0 && !model.has_mtp() => Err(LaunchError::Usage(format!(
+            "--mtp {n}: this model has no MTP head (no mtp.* weights); use --mtp 0"
+        ))),
+        Some(n) => Ok(n),
+        None => Ok(if model.has_mtp() { DEFAULT_MTP } else { 0 }),
+    }
+}
+
 /// Generated ids and timings.
 struct Run {
     tokens: Vec<u32>,
     stopped: bool,
     prefill_s: f64,
     decode_s: f64,
-    decode_steps: usize,
+    /// Tokens produced by decode steps (all but the first).
+    decode_tokens: usize,
+    tokens_per_step: f64,
+    /// Acceptance rate per draft position (empty without MTP).
+    acceptance: Vec<f64>,
+}
+
+/// Decoding with MTP speculative drafts (`n` per step at most, adaptive).
+fn decode_mtp(
+    model: &kore_engine::Model<'_>,
+    prompt: &[u32],
+    max_tokens: usize,
+    stop: &[u32],
+    params: SamplingParams,
+    n: usize,
+) -> Result<Run> {
+    let engine_err = |e: kore_engine::ForwardError| LaunchError::Other(format!("engine: {e}"));
+    let spec = SpecOptions { draft_vocab: draft_vocab(model.config.vocab_size), ..SpecOptions::new(n) };
+    let mut state = model.new_state();
+    let t0 = Instant::now();
+    let mut sp = Speculator::start(model, &mut state, prompt, Sampler::new(params), spec)
+        .map_err(engine_err)?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let (mut tokens, mut stopped) = (Vec::new(), false);
+    let mut batch = vec![sp.pending()];
+    'gen: loop {
+        for &t in &batch {
+            tokens.push(t);
+            if stop.contains(&t) {
+                stopped = true;
+                break 'gen;
+            }
+            if tokens.len() >= max_tokens {
+                break 'gen;
+            }
+        }
+        let left = max_tokens - tokens.len();
+        batch = sp.step(&mut state, left.saturating_sub(1)).map_err(engine_err)?;
+    }
+    Ok(Run {
+        decode_tokens: tokens.len().saturating_sub(1),
+        tokens,
+        stopped,
+        prefill_s,
+        decode_s: t1.elapsed().as_secs_f64(),
+        tokens_per_step: sp.stats.tokens_per_step(),
+        acceptance: sp.stats.acceptance(),
+    })
 }
 
 fn decode(
@@ -131,7 +205,15 @@ fn decode(
         logits = model.forward(&mut state, &[next], Logits::Last).map_err(engine_err)?;
         decode_steps += 1;
     }
-    Ok(Run { tokens, stopped, prefill_s, decode_s: t1.elapsed().as_secs_f64(), decode_steps })
+    Ok(Run {
+        tokens,
+        stopped,
+        prefill_s,
+        decode_s: t1.elapsed().as_secs_f64(),
+        decode_tokens: decode_steps,
+        tokens_per_step: 1.0,
+        acceptance: Vec::new(),
+    })
 }
 
 fn rate(n: usize, secs: f64) -> f64 {
@@ -148,8 +230,9 @@ fn print_result(args: &GenerateArgs, prompt: &[u32], run: &Run, text: &str) -> R
         "generated_tokens": run.tokens.len(),
         "prefill_ms": run.prefill_s * 1e3,
         "prefill_tok_per_s": rate(prompt.len(), run.prefill_s),
-        "decode_tok_per_s": rate(run.decode_steps, run.decode_s),
-        "tokens_per_step": 1.0,
+        "decode_tok_per_s": rate(run.decode_tokens, run.decode_s),
+        "tokens_per_step": run.tokens_per_step,
+        "mtp_acceptance": run.acceptance,
     });
     let mut out = std::io::stdout().lock();
     let io = |source| LaunchError::Io { path: "stdout".into(), source };
@@ -169,12 +252,13 @@ fn print_result(args: &GenerateArgs, prompt: &[u32], run: &Run, text: &str) -> R
             writeln!(out, "{text}").map_err(io)?;
         }
         eprintln!(
-            "prompt {} tokens, prefill {:.1} ms ({:.1} tok/s); generated {} tokens, decode {:.1} tok/s",
+            "prompt {} tokens, prefill {:.1} ms ({:.1} tok/s); generated {} tokens, decode {:.1} tok/s, {:.2} tokens/step",
             prompt.len(),
             run.prefill_s * 1e3,
             rate(prompt.len(), run.prefill_s),
             run.tokens.len(),
-            rate(run.decode_steps, run.decode_s)
+            rate(run.decode_tokens, run.decode_s),
+            run.tokens_per_step
         );
     }
     Ok(())
