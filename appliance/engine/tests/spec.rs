@@ -189,21 +189,26 @@ fn speculative_sampling_keeps_the_target_distribution() {
     let samples = 2500;
     let spec = SpecOptions { adaptive: false, draft_vocab: 2048, ..SpecOptions::new(2) };
     let mut counts: HashMap<Vec<u32>, u64> = HashMap::new();
-    let (mut drafted, mut accepted) = (0, 0);
+    let (mut drafted, mut accepted, mut second) = (0, 0, 0);
     for seed in 0..samples {
-        let opts = GenerateOptions {
-            max_tokens: 3,
-            stop_tokens: vec![],
-            sampling: SamplingParams { seed: seed * 7919 + 1, ..base },
-        };
-        let (out, stats) =
-            generate_spec(&model, &mut model.new_state(), prompt, &opts, &spec, |_| true).unwrap();
-        *counts.entry(out.tokens).or_default() += 1;
-        drafted += stats.drafted.iter().sum::<u64>();
-        accepted += stats.accepted.iter().sum::<u64>();
+        // Two drafts a step, output cut to 3 tokens: the first tokens of a
+        // sequence from the target distribution follow it too.
+        let sampler = Sampler::new(SamplingParams { seed: seed * 7919 + 1, ..base });
+        let mut st = model.new_state();
+        let mut sp = Speculator::start(&model, &mut st, prompt, sampler, spec).unwrap();
+        let mut out = vec![sp.pending()];
+        while out.len() < 3 {
+            out.extend(sp.step(&mut st, 2).unwrap());
+        }
+        out.truncate(3);
+        *counts.entry(out).or_default() += 1;
+        drafted += sp.stats.drafted.iter().sum::<u64>();
+        accepted += sp.stats.accepted.iter().sum::<u64>();
+        second += sp.stats.accepted[1];
     }
     // Both the accept and the residual paths were exercised.
     assert!(accepted > 500 && drafted - accepted > 500, "accepted {accepted} of {drafted}");
+    assert!(second > 200, "second drafts accepted {second}");
     assert!(counts.keys().all(|k| exact.contains_key(k)), "a sequence the target cannot produce");
     // Chi-square over cells with expected count >= 5, the rest pooled.
     let n = samples as f64;
@@ -229,5 +234,5 @@ fn speculative_sampling_keeps_the_target_distribution() {
     let critical = df * (1.0 - a + 3.09 * a.sqrt()).powi(3);
     assert!(chi2 < critical, "chi2 {chi2:.1} over {cells} cells (critical {critical:.1}), TV {tv:.3}");
     assert!(tv < 0.08, "total variation {tv:.3}");
-    println!("chi2 {chi2:.1} over {cells} cells (critical {critical:.1}), TV {tv:.3}, accepted {accepted} of {drafted}");
+    println!("chi2 {chi2:.1} over {cells} cells (critical {critical:.1}), TV {tv:.3}, accepted {accepted} of {drafted} ({second} second drafts)");
 }
