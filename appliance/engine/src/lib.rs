@@ -34,7 +34,7 @@ pub use config::{ConfigError, LayerKind, ModelConfig};
 pub use generate::{generate, GenerateOptions, Generation, StopReason};
 pub use model::{ForwardError, LoadError, Logits, Model};
 pub use sampling::{Sampler, SamplingParams};
-pub use model::MtpState;
+pub use model::{MtpError, MtpState};
 pub use spec::{generate_spec, Restore, SpecOptions, SpecStats, Speculator};
 pub use state::{Checkpoints, State};
 pub use tensor::{DType, TensorSource, TensorView};

@@ -27,7 +27,7 @@ use alloc::vec::Vec;
 
 use crate::generate::{GenerateOptions, Generation, StopReason};
 use crate::kernels::matmul;
-use crate::model::{ForwardError, Model, MtpState};
+use crate::model::{ForwardError, Model, MtpError, MtpState};
 use crate::sampling::{argmax, Sampler};
 use crate::state::{Checkpoints, State};
 use crate::weights::Linear;
@@ -137,12 +137,12 @@ impl<'m, 'a> Speculator<'m, 'a> {
         prompt: &[u32],
         sampler: Sampler,
         opts: SpecOptions,
-    ) -> Result<Self, ForwardError> {
+    ) -> Result<Self, MtpError> {
         if !model.has_mtp() {
-            return Err(ForwardError::NoMtpHead);
+            return Err(MtpError::NoMtpHead);
         }
         if state.position() != 0 {
-            return Err(ForwardError::StateMismatch);
+            return Err(ForwardError::StateMismatch.into());
         }
         let h = model.config.hidden_size;
         let hidden = model.forward_hidden(state, prompt)?;
@@ -204,7 +204,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
     /// One draft-and-verify step over `state`; returns the new tokens (the
     /// accepted drafts and a bonus token; the last becomes `pending`).
     /// `limit` caps the drafts (remaining token budget, context).
-    pub fn step(&mut self, state: &mut State, limit: usize) -> Result<Vec<u32>, ForwardError> {
+    pub fn step(&mut self, state: &mut State, limit: usize) -> Result<Vec<u32>, MtpError> {
         let model = self.model;
         let h = model.config.hidden_size;
         let room = model.config.max_position_embeddings.saturating_sub(state.position() + 1);
@@ -265,7 +265,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
                 if a < n {
                     state
                         .rewind(&self.ckpt, a + 1, &hidden[a * h..(a + 1) * h])
-                        .map_err(|_| ForwardError::StateMismatch)?;
+                        .map_err(|_| MtpError::Forward(ForwardError::StateMismatch))?;
                 }
                 hidden[..(a + 1) * h].to_vec()
             }
@@ -286,7 +286,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
         hidden: &[f32],
         next: u32,
         p0: usize,
-    ) -> Result<(), ForwardError> {
+    ) -> Result<(), MtpError> {
         self.stats.steps += 1;
         self.stats.step_tokens += kept.len();
         self.mtp.truncate(p0);
@@ -325,7 +325,11 @@ impl<'m, 'a> Speculator<'m, 'a> {
                 continue;
             }
             let residual = residual(&p, &q[i]);
-            let t = if residual.is_empty() { self.sampler.draw(&p) } else { self.sampler.draw(&residual) };
+            let t = if residual.is_empty() {
+                self.sampler.draw(&p)
+            } else {
+                self.sampler.draw(&residual)
+            };
             return (i, t);
         }
         let p = self.sampler.distribution(row(drafts.len()));
@@ -378,7 +382,7 @@ pub fn generate_spec(
     opts: &GenerateOptions,
     spec: &SpecOptions,
     mut on_token: impl FnMut(u32) -> bool,
-) -> Result<(Generation, SpecStats), ForwardError> {
+) -> Result<(Generation, SpecStats), MtpError> {
     let mut tokens = Vec::new();
     if opts.max_tokens == 0 {
         model.forward_hidden(state, prompt)?;

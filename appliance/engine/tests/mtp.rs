@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use kore_engine::hf::HfModelDir;
 use kore_engine::safetensors::Safetensors;
-use kore_engine::{DType, ForwardError, MtpState, TensorView};
+use kore_engine::{DType, ForwardError, MtpError, MtpState, TensorView};
 
 const TOL: f32 = 1e-4;
 
@@ -34,7 +34,12 @@ fn assert_close(ours: &[f32], theirs: &[f32], what: &str) {
             at = i;
         }
     }
-    assert!(worst <= TOL, "{what}: max |diff| {worst} at {at} (ours {}, ref {})", ours[at], theirs[at]);
+    assert!(
+        worst <= TOL,
+        "{what}: max |diff| {worst} at {at} (ours {}, ref {})",
+        ours[at],
+        theirs[at]
+    );
 }
 
 struct Reference {
@@ -86,7 +91,11 @@ fn mtp_head_matches_the_reference_batched_and_chained() {
     let mut last = g[g.len() - h..].to_vec();
     for (j, &d) in r.chain_tokens.iter().enumerate() {
         last = model.mtp_forward(&mut ms, &[d], &last).unwrap();
-        assert_close(&model.logits(&last), &r.chain_logits[j * v..(j + 1) * v], &format!("chain {j}"));
+        assert_close(
+            &model.logits(&last),
+            &r.chain_logits[j * v..(j + 1) * v],
+            &format!("chain {j}"),
+        );
     }
 }
 
@@ -100,7 +109,8 @@ fn mtp_in_pieces_and_after_truncate_equals_one_batch() {
     shifted.push(r.next);
     let split = 9;
     let mut ms = MtpState::new();
-    let mut g = model.mtp_forward(&mut ms, &shifted[..split], &r.trunk_hidden[..split * h]).unwrap();
+    let mut g =
+        model.mtp_forward(&mut ms, &shifted[..split], &r.trunk_hidden[..split * h]).unwrap();
     // Write garbage rows, then forget them: the cache must be as before.
     model.mtp_forward(&mut ms, &[3, 4], &r.trunk_hidden[..2 * h]).unwrap();
     ms.truncate(split);
@@ -117,14 +127,17 @@ fn mtp_bad_inputs_are_typed_errors_and_change_nothing() {
     let hidden = vec![0.5; 2 * h];
     assert_eq!(
         model.mtp_forward(&mut ms, &[1], &hidden).unwrap_err(),
-        ForwardError::HiddenShape { expected: h, got: 2 * h }
+        MtpError::HiddenShape { expected: h, got: 2 * h }
     );
     let v = model.config.vocab_size as u32;
     assert!(matches!(
         model.mtp_forward(&mut ms, &[1, v], &hidden).unwrap_err(),
-        ForwardError::TokenOutOfRange { .. }
+        MtpError::Forward(ForwardError::TokenOutOfRange { .. })
     ));
-    assert_eq!(model.mtp_forward(&mut ms, &[], &[]).unwrap_err(), ForwardError::Empty);
+    assert_eq!(
+        model.mtp_forward(&mut ms, &[], &[]).unwrap_err(),
+        MtpError::Forward(ForwardError::Empty)
+    );
     assert_eq!(ms.position(), 0);
     let plain = HfModelDir::open(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mixed_f32_untied"),
@@ -132,8 +145,5 @@ fn mtp_bad_inputs_are_typed_errors_and_change_nothing() {
     .unwrap();
     let plain = plain.model().unwrap();
     let hp = plain.config.hidden_size;
-    assert_eq!(
-        plain.mtp_forward(&mut ms, &[1], &vec![0.0; hp]).unwrap_err(),
-        ForwardError::NoMtpHead
-    );
+    assert_eq!(plain.mtp_forward(&mut ms, &[1], &vec![0.0; hp]).unwrap_err(), MtpError::NoMtpHead);
 }

@@ -37,7 +37,14 @@ fn mtp_decode_speed() {
     // subtracting a max_tokens = 1 run).
     let plain = |p: &[u32]| {
         let t = Instant::now();
-        generate(&model, &mut model.new_state(), p, &GenerateOptions { max_tokens: 1, ..opts.clone() }, |_| true).unwrap();
+        generate(
+            &model,
+            &mut model.new_state(),
+            p,
+            &GenerateOptions { max_tokens: 1, ..opts.clone() },
+            |_| true,
+        )
+        .unwrap();
         let pre = t.elapsed().as_secs_f64();
         let t = Instant::now();
         generate(&model, &mut model.new_state(), p, &opts, |_| true).unwrap();
@@ -45,7 +52,14 @@ fn mtp_decode_speed() {
     };
     let spec = |p: &[u32], s: &SpecOptions| {
         let t = Instant::now();
-        generate(&model, &mut model.new_state(), p, &GenerateOptions { max_tokens: 1, ..opts.clone() }, |_| true).unwrap();
+        generate(
+            &model,
+            &mut model.new_state(),
+            p,
+            &GenerateOptions { max_tokens: 1, ..opts.clone() },
+            |_| true,
+        )
+        .unwrap();
         let pre = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let (_, st) = generate_spec(&model, &mut model.new_state(), p, &opts, s, |_| true).unwrap();
@@ -59,7 +73,11 @@ fn mtp_decode_speed() {
     }
     for n in [2, 3, 4] {
         configs.push(SpecOptions { adaptive: false, draft_vocab: v / 4, ..SpecOptions::new(n) });
-        configs.push(SpecOptions { adaptive: false, restore: Restore::Recompute, ..SpecOptions::new(n) });
+        configs.push(SpecOptions {
+            adaptive: false,
+            restore: Restore::Recompute,
+            ..SpecOptions::new(n)
+        });
     }
     for n in [3, 5, 7] {
         configs.push(SpecOptions { draft_vocab: v / 4, ..SpecOptions::new(n) });

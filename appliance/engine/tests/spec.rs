@@ -32,7 +32,10 @@ fn cases() -> Vec<(&'static str, Vec<Vec<u32>>)> {
             "../../model-packs/tiny-hf",
             vec![
                 // "ROMEO:\nBut soft, what light through yonder window breaks?\n"
-                vec![1767, 36, 46, 393, 470, 2566, 11, 479, 1238, 1559, 285, 1598, 1378, 303, 1373, 82, 559],
+                vec![
+                    1767, 36, 46, 393, 470, 2566, 11, 479, 1238, 1559, 285, 1598, 1378, 303, 1373,
+                    82, 559,
+                ],
                 // "KING HENRY:\nOnce more unto the breach, dear friends,"
                 vec![601, 1516, 393, 46, 828, 515, 1242, 268, 727, 937, 11, 1050, 1042, 11],
             ],
@@ -64,8 +67,7 @@ fn greedy_with_mtp_equals_greedy_without() {
                 (7, true, vocab / 2, Restore::Recompute),
             ];
             for (n, adaptive, draft_vocab, restore) in variants {
-                let spec =
-                    SpecOptions { adaptive, draft_vocab, restore, ..SpecOptions::new(n) };
+                let spec = SpecOptions { adaptive, draft_vocab, restore, ..SpecOptions::new(n) };
                 let (out, stats) =
                     generate_spec(&model, &mut model.new_state(), prompt, &opts, &spec, |_| true)
                         .unwrap();
@@ -99,8 +101,10 @@ fn stop_tokens_and_budget_end_speculative_generation_like_plain() {
         assert_eq!((got.tokens, got.stop), (want.tokens.clone(), want.stop), "--mtp {n}");
         for max in [1, 2, 5] {
             let (got, _) =
-                generate_spec(&model, &mut model.new_state(), prompt, &greedy(max), &spec, |_| true)
-                    .unwrap();
+                generate_spec(&model, &mut model.new_state(), prompt, &greedy(max), &spec, |_| {
+                    true
+                })
+                .unwrap();
             assert_eq!(got.tokens, plain.tokens[..max], "--mtp {n} max {max}");
         }
     }
@@ -134,9 +138,14 @@ fn rewound_state_equals_the_plain_state() {
     for restore in [Restore::Checkpoint, Restore::Recompute] {
         let spec = SpecOptions { adaptive: false, restore, ..SpecOptions::new(4) };
         let mut st = model.new_state();
-        let mut sp =
-            Speculator::start(&model, &mut st, prompt, Sampler::new(SamplingParams::greedy()), spec)
-                .unwrap();
+        let mut sp = Speculator::start(
+            &model,
+            &mut st,
+            prompt,
+            Sampler::new(SamplingParams::greedy()),
+            spec,
+        )
+        .unwrap();
         let mut seq = prompt.clone();
         for _ in 0..6 {
             let pending = sp.pending();
@@ -156,7 +165,11 @@ fn rewound_state_equals_the_plain_state() {
 }
 
 /// Exact probability of every 3-token continuation under the filtered target.
-fn exact_joint(model: &Model<'_>, prompt: &[u32], params: SamplingParams) -> HashMap<Vec<u32>, f64> {
+fn exact_joint(
+    model: &Model<'_>,
+    prompt: &[u32],
+    params: SamplingParams,
+) -> HashMap<Vec<u32>, f64> {
     let s = Sampler::new(params);
     let mut out = HashMap::new();
     let mut stack = vec![(prompt.to_vec(), vec![], 1.0f64)];
@@ -232,7 +245,10 @@ fn speculative_sampling_keeps_the_target_distribution() {
     let df = (cells - 1) as f64;
     let a = 2.0 / (9.0 * df);
     let critical = df * (1.0 - a + 3.09 * a.sqrt()).powi(3);
-    assert!(chi2 < critical, "chi2 {chi2:.1} over {cells} cells (critical {critical:.1}), TV {tv:.3}");
+    assert!(
+        chi2 < critical,
+        "chi2 {chi2:.1} over {cells} cells (critical {critical:.1}), TV {tv:.3}"
+    );
     assert!(tv < 0.08, "total variation {tv:.3}");
     println!("chi2 {chi2:.1} over {cells} cells (critical {critical:.1}), TV {tv:.3}, accepted {accepted} of {drafted} ({second} second drafts)");
 }

@@ -146,8 +146,9 @@ fn decode_mtp(
     params: SamplingParams,
     n: usize,
 ) -> Result<Run> {
-    let engine_err = |e: kore_engine::ForwardError| LaunchError::Other(format!("engine: {e}"));
-    let spec = SpecOptions { draft_vocab: draft_vocab(model.config.vocab_size), ..SpecOptions::new(n) };
+    let engine_err = |e: kore_engine::MtpError| LaunchError::Other(format!("engine: {e}"));
+    let spec =
+        SpecOptions { draft_vocab: draft_vocab(model.config.vocab_size), ..SpecOptions::new(n) };
     let mut state = model.new_state();
     let t0 = Instant::now();
     let mut sp = Speculator::start(model, &mut state, prompt, Sampler::new(params), spec)

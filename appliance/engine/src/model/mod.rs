@@ -21,7 +21,7 @@ use core::fmt;
 
 pub use attention::Attention;
 pub use deltanet::DeltaNet;
-pub use mtp::MtpState;
+pub use mtp::{MtpError, MtpState};
 
 use crate::config::{ConfigError, LayerKind, ModelConfig};
 use crate::kernels::matmul;
@@ -78,15 +78,6 @@ pub enum ForwardError {
     },
     /// The state was made for a different model.
     StateMismatch,
-    /// MTP drafting was asked of a checkpoint without `mtp.*` weights.
-    NoMtpHead,
-    /// The MTP head was given a hidden-state buffer of the wrong size.
-    HiddenShape {
-        /// Values expected (`tokens * hidden`).
-        expected: usize,
-        /// Values given.
-        got: usize,
-    },
 }
 
 impl fmt::Display for ForwardError {
@@ -101,13 +92,6 @@ impl fmt::Display for ForwardError {
             }
             ForwardError::StateMismatch => {
                 write!(f, "sequence state does not belong to this model")
-            }
-            ForwardError::NoMtpHead => write!(
-                f,
-                "the model has no MTP head (no mtp.* weights); generate with --mtp 0"
-            ),
-            ForwardError::HiddenShape { expected, got } => {
-                write!(f, "MTP hidden input has {got} values, expected {expected}")
             }
         }
     }

@@ -18,11 +18,51 @@
 
 use alloc::vec;
 use alloc::vec::Vec;
+use core::fmt;
 
 use super::{ForwardError, Model};
 use crate::kernels::matmul;
 use crate::ops::rms_norm_1p_rows;
 use crate::state::LayerState;
+
+/// MTP drafting failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MtpError {
+    /// A trunk or MTP forward rejected its input.
+    Forward(ForwardError),
+    /// The checkpoint has no `mtp.*` weights.
+    NoMtpHead,
+    /// The MTP head was given a hidden-state buffer of the wrong size.
+    HiddenShape {
+        /// Values expected (`tokens * hidden`).
+        expected: usize,
+        /// Values given.
+        got: usize,
+    },
+}
+
+impl From<ForwardError> for MtpError {
+    fn from(e: ForwardError) -> Self {
+        MtpError::Forward(e)
+    }
+}
+
+impl fmt::Display for MtpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MtpError::Forward(e) => e.fmt(f),
+            MtpError::NoMtpHead => {
+                write!(f, "the model has no MTP head (no mtp.* weights); generate with --mtp 0")
+            }
+            MtpError::HiddenShape { expected, got } => {
+                write!(f, "MTP hidden input has {got} values, expected {expected}")
+            }
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for MtpError {}
 
 /// The MTP head's own cache: the KV rows of its attention layer for
 /// positions `0..position()`.
@@ -84,22 +124,26 @@ impl Model<'_> {
         mtp: &mut MtpState,
         tokens: &[u32],
         hidden: &[f32],
-    ) -> Result<Vec<f32>, ForwardError> {
-        let head = self.mtp.as_ref().ok_or(ForwardError::NoMtpHead)?;
+    ) -> Result<Vec<f32>, MtpError> {
+        let head = self.mtp.as_ref().ok_or(MtpError::NoMtpHead)?;
         let cfg = &self.config;
         let (t, h) = (tokens.len(), cfg.hidden_size);
         if t == 0 {
-            return Err(ForwardError::Empty);
+            return Err(ForwardError::Empty.into());
         }
         if hidden.len() != t * h {
-            return Err(ForwardError::HiddenShape { expected: t * h, got: hidden.len() });
+            return Err(MtpError::HiddenShape { expected: t * h, got: hidden.len() });
         }
         if let Some(&bad) = tokens.iter().find(|&&x| x as usize >= cfg.vocab_size) {
-            return Err(ForwardError::TokenOutOfRange { token: bad, vocab_size: cfg.vocab_size });
+            return Err(
+                ForwardError::TokenOutOfRange { token: bad, vocab_size: cfg.vocab_size }.into()
+            );
         }
         let needed = mtp.pos + t;
         if needed > cfg.max_position_embeddings {
-            return Err(ForwardError::ContextFull { needed, max: cfg.max_position_embeddings });
+            return Err(
+                ForwardError::ContextFull { needed, max: cfg.max_position_embeddings }.into()
+            );
         }
         let eps = cfg.rms_norm_eps;
         let mut e = self.embed(tokens); // [T, H]
@@ -107,7 +151,8 @@ impl Model<'_> {
         let mut n = hidden.to_vec(); // [T, H]
         rms_norm_1p_rows(&mut n, &head.pre_fc_norm_hidden, eps);
         let mut cat = vec![0.0; t * 2 * h]; // [T, 2H]: embedding | hidden
-        for ((row, e), n) in cat.chunks_exact_mut(2 * h).zip(e.chunks_exact(h)).zip(n.chunks_exact(h))
+        for ((row, e), n) in
+            cat.chunks_exact_mut(2 * h).zip(e.chunks_exact(h)).zip(n.chunks_exact(h))
         {
             row[..h].copy_from_slice(e);
             row[h..].copy_from_slice(n);
