@@ -62,7 +62,8 @@ def main():
         if not os.path.lexists(os.path.join(out, f)):
             os.symlink(os.path.abspath(os.path.join(pack, f)), os.path.join(out, f))
     header, data = read(os.path.join(pack, "weights.safetensors"))
-    names = [k for k in sorted(header) if not k.endswith((".weight_scale", ".weight_scale_2", ".input_scale"))]
+    skip = (".weight_scale", ".weight_scale_2", ".input_scale")
+    names = [k for k in sorted(header) if not k.endswith(skip) and not k.startswith("__kore_pad")]
 
     def raw(k):
         a, b = header[k]["data_offsets"]
