@@ -5,8 +5,10 @@
 //! - [`config`]: `ModelConfig` from a Hugging Face `config.json`.
 //! - [`tensor`], [`safetensors`], [`source`]: borrowed tensors and where they come from.
 //! - [`weights`]: `Linear` (F32/BF16/F16/NVFP4), borrowed in place.
-//! - [`kernels`]: the matrix products (one place to speed up).
+//! - [`kernels`]: the matrix products; [`simd`]: their AVX2/AVX-512 paths and
+//!   runtime dispatch; [`pool`]: the worker pool they split rows across.
 //! - [`model`]: the forward pass; [`state`]: per-sequence caches.
+//! - [`bench`]: the pack benchmark (read bandwidth, prefill, decode), clock supplied.
 //! - [`sampling`], [`generate`]: token selection and the generation loop;
 //!   [`spec`]: speculative decoding with the MTP head.
 //! - [`hf`] (feature `std`): memory-mapped Hugging Face model directories.
@@ -15,6 +17,7 @@
 #![allow(clippy::manual_is_multiple_of)]
 extern crate alloc;
 
+pub mod bench;
 pub mod config;
 pub mod generate;
 #[cfg(feature = "std")]
@@ -22,8 +25,10 @@ pub mod hf;
 pub mod kernels;
 pub mod model;
 pub mod ops;
+pub mod pool;
 pub mod safetensors;
 pub mod sampling;
+pub mod simd;
 pub mod source;
 pub mod spec;
 pub mod state;
@@ -32,6 +37,7 @@ pub mod weights;
 
 pub use config::{ConfigError, LayerKind, ModelConfig};
 pub use generate::{generate, GenerateOptions, Generation, StopReason};
+pub use pool::{Parallel, Serial};
 pub use model::{ForwardError, LoadError, Logits, Model};
 pub use sampling::{Sampler, SamplingParams};
 pub use model::{MtpError, MtpState};

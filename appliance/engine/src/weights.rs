@@ -114,6 +114,26 @@ pub fn e4m3_to_f32(b: u8) -> f32 {
     }
 }
 
+/// Every E4M3 byte decoded (the same values as [`e4m3_to_f32`]), for kernels.
+pub(crate) static E4M3_TABLE: [f32; 256] = e4m3_table();
+
+/// E4M3 by moving exponent and mantissa into f32 bit positions and scaling by
+/// 2^120 (exact for normals and subnormals alike).
+const fn e4m3_table() -> [f32; 256] {
+    let mut t = [0.0f32; 256];
+    let mut b = 0;
+    while b < 256 {
+        let bits = ((b as u32 & 0x7F) << 20) | ((b as u32 & 0x80) << 24);
+        t[b] = if b & 0x7F == 0x7F {
+            f32::NAN
+        } else {
+            f32::from_bits(bits) * f32::from_bits(0x7B80_0000)
+        };
+        b += 1;
+    }
+    t
+}
+
 /// Decodes one E2M1 code (low 4 bits).
 pub fn e2m1_to_f32(code: u8) -> f32 {
     let v = E2M1[(code & 7) as usize];
@@ -324,6 +344,14 @@ mod tests {
         assert_eq!(e4m3_to_f32(0x01), libm::ldexpf(1.0, -9)); // smallest subnormal
         assert_eq!(e4m3_to_f32(0xC0), -2.0);
         assert!(e4m3_to_f32(0x7F).is_nan());
+    }
+
+    #[test]
+    fn e4m3_table_matches_decoder() {
+        for b in 0..=255u8 {
+            let (t, d) = (E4M3_TABLE[b as usize], e4m3_to_f32(b));
+            assert!(t.to_bits() == d.to_bits() || (t.is_nan() && d.is_nan()), "byte {b:#x}");
+        }
     }
 
     #[test]

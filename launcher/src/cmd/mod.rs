@@ -1,5 +1,6 @@
 //! One module per command; `run` dispatches.
 
+mod bench;
 mod completions;
 mod doctor;
 mod generate;
@@ -18,7 +19,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Command::Chat(_)) => Err(not_yet("chat")),
         Some(Command::Tokenize(args)) => tokenize::run(args),
         Some(Command::Batch(_)) => Err(not_yet("batch")),
-        Some(Command::Bench(_)) => Err(not_yet("bench")),
+        Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Pack(cmd)) => pack::run(cmd),
         Some(Command::Up(_)) | Some(Command::Down) | Some(Command::Status(_)) => {
             Err(not_yet("up/down/status"))

@@ -7,8 +7,9 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::config::ModelConfig;
-use crate::kernels::{dot, matmul};
+use crate::kernels::{dot, matmul_on};
 use crate::ops::{rms_norm_1p, rope, sigmoid, softmax};
+use crate::pool::Parallel;
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
 
@@ -54,6 +55,7 @@ impl<'a> Attention<'a> {
     pub fn forward(
         &self,
         cfg: &ModelConfig,
+        pool: &dyn Parallel,
         inv_freq: &[f32],
         x: &[f32],
         tokens: usize,
@@ -65,9 +67,9 @@ impl<'a> Attention<'a> {
         let mut qg = vec![0.0; tokens * nq * hd * 2]; // [T, nq, 2, hd]: query | gate per head
         let mut k = vec![0.0; tokens * nkv * hd]; // [T, nkv, hd]
         let mut v = vec![0.0; tokens * nkv * hd]; // [T, nkv, hd]
-        matmul(&self.q_proj, x, tokens, &mut qg);
-        matmul(&self.k_proj, x, tokens, &mut k);
-        matmul(&self.v_proj, x, tokens, &mut v);
+        matmul_on(pool, &self.q_proj, x, tokens, &mut qg);
+        matmul_on(pool, &self.k_proj, x, tokens, &mut k);
+        matmul_on(pool, &self.v_proj, x, tokens, &mut v);
         for t in 0..tokens {
             for qh in qg[t * nq * hd * 2..(t + 1) * nq * hd * 2].chunks_exact_mut(2 * hd) {
                 rms_norm_1p(&mut qh[..hd], &self.q_norm, cfg.rms_norm_eps);
@@ -109,7 +111,7 @@ impl<'a> Attention<'a> {
             }
         }
         let mut y = vec![0.0; tokens * cfg.hidden_size];
-        matmul(&self.o_proj, &attn, tokens, &mut y);
+        matmul_on(pool, &self.o_proj, &attn, tokens, &mut y);
         y
     }
 }

@@ -6,8 +6,9 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::config::ModelConfig;
-use crate::kernels::matmul;
+use crate::kernels::matmul_on;
 use crate::ops::{l2_norm, rms_norm_gated, sigmoid, silu, softplus};
+use crate::pool::Parallel;
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
 
@@ -67,19 +68,22 @@ impl<'a> DeltaNet<'a> {
     pub fn forward(
         &self,
         cfg: &ModelConfig,
+        pool: &dyn Parallel,
         x: &[f32],
         tokens: usize,
         conv_state: &mut [f32],
         recurrent: &mut [f32],
     ) -> Vec<f32> {
-        self.forward_checkpointed(cfg, x, tokens, conv_state, recurrent, None)
+        self.forward_checkpointed(cfg, pool, x, tokens, conv_state, recurrent, None)
     }
 
     /// [`DeltaNet::forward`] that appends `conv_state ++ recurrent` to `ckpt`
     /// after every token (speculative decoding rewinds to any of them).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward_checkpointed(
         &self,
         cfg: &ModelConfig,
+        pool: &dyn Parallel,
         x: &[f32],
         tokens: usize,
         conv_state: &mut [f32],
@@ -92,10 +96,10 @@ impl<'a> DeltaNet<'a> {
         let mut z = vec![0.0; tokens * vd]; // [T, value_dim]
         let mut b = vec![0.0; tokens * hv]; // [T, Hv]
         let mut a = vec![0.0; tokens * hv]; // [T, Hv]
-        matmul(&self.in_proj_qkv, x, tokens, &mut qkv);
-        matmul(&self.in_proj_z, x, tokens, &mut z);
-        matmul(&self.in_proj_b, x, tokens, &mut b);
-        matmul(&self.in_proj_a, x, tokens, &mut a);
+        matmul_on(pool, &self.in_proj_qkv, x, tokens, &mut qkv);
+        matmul_on(pool, &self.in_proj_z, x, tokens, &mut z);
+        matmul_on(pool, &self.in_proj_b, x, tokens, &mut b);
+        matmul_on(pool, &self.in_proj_a, x, tokens, &mut a);
 
         let mut core = vec![0.0; tokens * vd]; // [T, value_dim]
         for t in 0..tokens {
@@ -127,7 +131,7 @@ impl<'a> DeltaNet<'a> {
             }
         }
         let mut y = vec![0.0; tokens * cfg.hidden_size];
-        matmul(&self.out_proj, &core, tokens, &mut y);
+        matmul_on(pool, &self.out_proj, &core, tokens, &mut y);
         y
     }
 

@@ -24,8 +24,9 @@ pub use deltanet::DeltaNet;
 pub use mtp::{MtpError, MtpState};
 
 use crate::config::{ConfigError, LayerKind, ModelConfig};
-use crate::kernels::matmul;
+use crate::kernels::matmul_on;
 use crate::ops::{rms_norm_1p_rows, rope_inv_freq, silu};
+use crate::pool::{Parallel, PoolRef};
 use crate::state::{Checkpoints, LayerState, State};
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
@@ -165,6 +166,8 @@ pub struct Model<'a> {
     /// MTP head weights when the checkpoint has them.
     pub mtp: Option<MtpWeights<'a>>,
     inv_freq: Vec<f32>,
+    /// Workers the matrix products split rows across (default: serial).
+    pool: PoolRef<'a>,
 }
 
 /// Which positions' logits a forward returns.
@@ -195,7 +198,18 @@ impl<'a> Model<'a> {
             if config.tie_word_embeddings { embed_tokens } else { w.linear("lm_head", v, h)? };
         let mtp = if w.has("mtp.fc.weight") { Some(load_mtp(&w, &config)?) } else { None };
         let inv_freq = rope_inv_freq(config.rope_theta, config.rotary_dim);
-        Ok(Model { config, embed_tokens, layers, norm, lm_head, mtp, inv_freq })
+        let pool = PoolRef::default();
+        Ok(Model { config, embed_tokens, layers, norm, lm_head, mtp, inv_freq, pool })
+    }
+
+    /// Runs the heavy ops of later forwards on `pool` (threads, or vCPUs in the guest).
+    pub fn set_pool(&mut self, pool: &'a dyn Parallel) {
+        self.pool = PoolRef(pool);
+    }
+
+    /// The pool forwards run on.
+    pub fn pool(&self) -> &'a dyn Parallel {
+        self.pool.0
     }
 
     /// A fresh sequence state for this model.
@@ -251,7 +265,7 @@ impl<'a> Model<'a> {
     pub fn logits(&self, hidden: &[f32]) -> Vec<f32> {
         let n = hidden.len() / self.config.hidden_size;
         let mut out = vec![0.0; n * self.config.vocab_size];
-        matmul(&self.lm_head, hidden, n, &mut out);
+        matmul_on(self.pool.0, &self.lm_head, hidden, n, &mut out);
         out
     }
 
@@ -329,17 +343,17 @@ impl<'a> Model<'a> {
         rms_norm_1p_rows(&mut hn, &layer.input_norm, cfg.rms_norm_eps);
         let mixed = match (&layer.mixer, ls) {
             (Mixer::Linear(d), LayerState::Linear { conv, recurrent }) => {
-                d.forward_checkpointed(cfg, &hn, t, conv, recurrent, ckpt)
+                d.forward_checkpointed(cfg, self.pool.0, &hn, t, conv, recurrent, ckpt)
             }
             (Mixer::Full(a), LayerState::Full { k, v }) => {
-                a.forward(cfg, &self.inv_freq, &hn, t, pos0, k, v)
+                a.forward(cfg, self.pool.0, &self.inv_freq, &hn, t, pos0, k, v)
             }
             _ => unreachable!("state layout checked in check_input"),
         };
         add(x, &mixed);
         let mut hn = x.to_vec();
         rms_norm_1p_rows(&mut hn, &layer.post_attention_norm, cfg.rms_norm_eps);
-        add(x, &mlp_forward(&layer.mlp, &hn, t));
+        add(x, &mlp_forward(self.pool.0, &layer.mlp, &hn, t));
     }
 
     /// Validates tokens and state before anything is mutated.
@@ -385,17 +399,17 @@ fn add(x: &mut [f32], y: &[f32]) {
 }
 
 /// SwiGLU: `down(silu(gate(x)) * up(x))` over `[T, hidden]`.
-fn mlp_forward(m: &Mlp<'_>, x: &[f32], t: usize) -> Vec<f32> {
+fn mlp_forward(pool: &dyn Parallel, m: &Mlp<'_>, x: &[f32], t: usize) -> Vec<f32> {
     let inter = m.gate_proj.rows();
     let mut g = vec![0.0; t * inter];
     let mut u = vec![0.0; t * inter];
-    matmul(&m.gate_proj, x, t, &mut g);
-    matmul(&m.up_proj, x, t, &mut u);
+    matmul_on(pool, &m.gate_proj, x, t, &mut g);
+    matmul_on(pool, &m.up_proj, x, t, &mut u);
     for (g, u) in g.iter_mut().zip(&u) {
         *g = silu(*g) * u;
     }
     let mut y = vec![0.0; t * m.down_proj.rows()];
-    matmul(&m.down_proj, &g, t, &mut y);
+    matmul_on(pool, &m.down_proj, &g, t, &mut y);
     y
 }
 

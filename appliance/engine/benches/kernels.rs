@@ -1,0 +1,66 @@
+//! `cargo bench -p kore-engine --bench kernels`: plain timing (no criterion)
+//! of the matrix kernels on every supported path, in Qwen3.5-2B shapes.
+//! Prints GB/s of weights streamed for matvec and GFLOP/s for 16-token tiles.
+//! `KORE_BENCH_THREADS` sets the pool size (default: all cores).
+
+use std::time::Instant;
+
+use kore_engine::kernels::matmul_with;
+use kore_engine::pool::{Parallel, ThreadPool};
+use kore_engine::simd::Path;
+use kore_engine::{DType, Linear};
+
+fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect()
+}
+
+fn time(f: &mut dyn FnMut()) -> f64 {
+    f();
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    best
+}
+
+fn main() {
+    let threads = std::env::var("KORE_BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let pool = ThreadPool::new(threads);
+    // MLP gate of the 2B model (NVFP4) and a 64 Mi-element bf16 matrix (lm_head-like).
+    let (rows, cols) = (6144 * 8, 2048);
+    let packed = bytes(rows * cols / 2, 1);
+    let scales: Vec<u8> = bytes(rows * cols / 16, 2).iter().map(|b| b & 0x77).collect();
+    let nv = Linear::Nvfp4 { packed: &packed, scales: &scales, global_scale: 0.01, rows, cols };
+    let bf = bytes(rows * cols * 2, 3).iter().map(|b| b & 0x3F).collect::<Vec<u8>>();
+    let bw = Linear::Dense { dtype: DType::BF16, data: &bf, rows, cols };
+    println!("threads {threads}");
+    for path in Path::ALL.into_iter().filter(|p| p.supported()) {
+        for (name, w) in [("nvfp4", &nv), ("bf16", &bw)] {
+            for tokens in [1usize, 16] {
+                let x = vec![0.5f32; tokens * cols];
+                let mut y = vec![0.0f32; tokens * rows];
+                let s = time(&mut || matmul_with(path, &pool as &dyn Parallel, w, &x, tokens, &mut y));
+                let gbps = w.weight_bytes() as f64 / s / 1e9;
+                let gflops = 2.0 * (rows * cols * tokens) as f64 / s / 1e9;
+                println!(
+                    "{:8} {name:6} {rows}x{cols} tokens {tokens:2}: {:8.3} ms  {gbps:6.2} GB/s of weights  {gflops:7.1} GFLOP/s",
+                    path.name(),
+                    s * 1e3
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Portable row kernels: the twin every SIMD kernel is tested against, and
+//! the path on CPUs without AVX2. A row is decoded to f32 once
+//! (`Linear::decode_row`) and dotted with each token's activations.
+
+use crate::weights::Linear;
+
+/// One weight row `r` against `n` tokens of `x` (`[n, cols]`, unpermuted):
+/// `out[t] = dot(W[r], x[t])`. `scratch` holds at least `cols` floats.
+pub fn row(w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut [f32; 16], scratch: &mut [f32]) {
+    let cols = w.cols();
+    let buf = &mut scratch[..cols];
+    w.decode_row(r, buf);
+    for (t, o) in out.iter_mut().enumerate().take(n) {
+        *o = dot(buf, &x[t * cols..(t + 1) * cols]);
+    }
+}
+
+/// Dot product of equal-length slices, with 8 partial sums.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f32; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        tail += x * y;
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Wrapping sum of `buf` (the portable read-bandwidth probe).
+pub fn read_sum(buf: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    let mut c = buf.chunks_exact(8);
+    for line in &mut c {
+        for i in 0..8 {
+            acc[i] = acc[i].wrapping_add(line[i]);
+        }
+    }
+    let tail = c.remainder().iter().fold(0u64, |a, b| a.wrapping_add(*b));
+    acc.iter().fold(tail, |a, b| a.wrapping_add(*b))
+}

@@ -1,0 +1,151 @@
+//! AVX2 + FMA + F16C row kernels (the fallback below AVX-512). Twins:
+//! `kernels::generic`; same contracts as `simd::avx512`.
+//!
+//! NVFP4 activations come pre-permuted per 16 columns (one block) as
+//! `[x0 x2 .. x14 | x1 x3 .. x15]`. `vpermps` on 8 lanes only sees the low
+//! 3 bits of a code, so the sign (bit 3) is moved to bit 31 and xor-ed in.
+
+use core::arch::x86_64::*;
+
+use crate::weights::E4M3_TABLE;
+
+/// E2M1 code -> value (bit 3 = sign).
+pub(crate) const E2M1_LUT: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+/// The last block when `cols % 32 == 16` (activations not permuted there):
+/// adds its contribution for `n` tokens into `out`. Plain Rust.
+pub(crate) fn nvfp4_tail_block(
+    packed: &[u8],
+    scales: &[u8],
+    gs: f32,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32; 16],
+) {
+    let b = cols / 16 - 1;
+    let s = E4M3_TABLE[scales[b] as usize] * gs;
+    let bytes = &packed[b * 8..b * 8 + 8];
+    for (t, o) in out.iter_mut().enumerate().take(n) {
+        let xr = &x[t * cols + b * 16..t * cols + b * 16 + 16];
+        let mut sum = 0.0f32;
+        for (i, &byte) in bytes.iter().enumerate() {
+            sum += E2M1_LUT[(byte & 15) as usize] * xr[2 * i];
+            sum += E2M1_LUT[(byte >> 4) as usize] * xr[2 * i + 1];
+        }
+        *o += sum * s;
+    }
+}
+
+/// One NVFP4 row against `N` tokens of activations permuted per 16 columns.
+///
+/// # Safety
+/// AVX2, FMA must be available; `x.len() >= N * cols`,
+/// `packed.len() == cols / 2`, `scales.len() == cols / 16`, `cols % 16 == 0`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn nvfp4_row<const N: usize>(
+    packed: &[u8],
+    scales: &[u8],
+    gs: f32,
+    cols: usize,
+    x: &[f32],
+    out: &mut [f32; 16],
+) {
+    // SAFETY: block b reads packed[8b..8b+8] and x[t*cols+16b..+16], in bounds.
+    unsafe {
+        let lut = _mm256_loadu_ps(E2M1_LUT.as_ptr());
+        let sign = _mm256_set1_epi32(i32::MIN);
+        let mut acc = [_mm256_setzero_ps(); N];
+        for b in 0..cols / 16 {
+            let wb = _mm256_cvtepu8_epi32(_mm_loadl_epi64(packed.as_ptr().add(b * 8) as *const __m128i));
+            let sl = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32::<28>(wb), sign));
+            let sh = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32::<24>(wb), sign));
+            let wl = _mm256_xor_ps(_mm256_permutevar8x32_ps(lut, wb), sl);
+            let wh = _mm256_xor_ps(_mm256_permutevar8x32_ps(lut, _mm256_srli_epi32::<4>(wb)), sh);
+            let s = _mm256_set1_ps(E4M3_TABLE[scales[b] as usize] * gs);
+            let (wl, wh) = (_mm256_mul_ps(wl, s), _mm256_mul_ps(wh, s));
+            for (t, a) in acc.iter_mut().enumerate() {
+                let xp = x.as_ptr().add(t * cols + b * 16);
+                *a = _mm256_fmadd_ps(wl, _mm256_loadu_ps(xp), *a);
+                *a = _mm256_fmadd_ps(wh, _mm256_loadu_ps(xp.add(8)), *a);
+            }
+        }
+        for (o, a) in out.iter_mut().zip(acc) {
+            *o = hsum(a);
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum(a: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
+    _mm_cvtss_f32(s)
+}
+
+/// Loads 8 dense elements at element offset `i` as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load8(dtype: u8, data: *const u8, i: usize) -> __m256 {
+    use super::avx512::{DT_BF16, DT_F16};
+    // SAFETY: the caller guarantees 8 readable elements at element `i`.
+    unsafe {
+        match dtype {
+            DT_BF16 => {
+                let h = _mm_loadu_si128(data.add(2 * i) as *const __m128i);
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+            }
+            DT_F16 => _mm256_cvtph_ps(_mm_loadu_si128(data.add(2 * i) as *const __m128i)),
+            _ => _mm256_loadu_ps(data.add(4 * i) as *const f32),
+        }
+    }
+}
+
+/// One dense row against `N` tokens of `x` (`[N, cols]`).
+///
+/// # Safety
+/// AVX2, FMA, F16C must be available; `row` holds `cols` elements of `dtype`;
+/// `x.len() >= N * cols`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dense_row<const N: usize>(
+    dtype: u8,
+    row: &[u8],
+    cols: usize,
+    x: &[f32],
+    out: &mut [f32; 16],
+) {
+    let full = cols / 8 * 8;
+    // SAFETY: element offsets stay below `full <= cols`.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); N];
+        let mut i = 0;
+        while i < full {
+            let w = load8(dtype, row.as_ptr(), i);
+            for (t, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.as_ptr().add(t * cols + i)), *a);
+            }
+            i += 8;
+        }
+        for (o, a) in out.iter_mut().zip(acc) {
+            *o = hsum(a);
+        }
+    }
+    if full < cols {
+        let dt = match dtype {
+            super::avx512::DT_BF16 => crate::tensor::DType::BF16,
+            super::avx512::DT_F16 => crate::tensor::DType::F16,
+            _ => crate::tensor::DType::F32,
+        };
+        let es = if dtype == super::avx512::DT_F32 { 4 } else { 2 };
+        let mut w = [0.0f32; 8];
+        crate::weights::decode_dense(dt, &row[full * es..cols * es], &mut w[..cols - full]);
+        for (t, o) in out.iter_mut().enumerate().take(N) {
+            let xr = &x[t * cols + full..t * cols + cols];
+            *o += w.iter().zip(xr).map(|(a, b)| a * b).sum::<f32>();
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! SIMD kernel paths and runtime CPU feature dispatch that works in `no_std`:
+//! CPUID and XGETBV through `core::arch`, the result cached in an atomic.
+//!
+//! Each path implements the same per-row kernels as `kernels::generic` (its
+//! twin); `tests/kernels_agree.rs` checks every path against it.
+
+use core::sync::atomic::{AtomicU8, Ordering};
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+
+/// A kernel implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Portable Rust (the reference twin of every SIMD kernel).
+    Generic,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 F/BW/VL.
+    Avx512,
+}
+
+impl Path {
+    /// Every path, fastest last.
+    pub const ALL: [Path; 3] = [Path::Generic, Path::Avx2, Path::Avx512];
+
+    /// Lower-case name (`generic`, `avx2`, `avx512`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Generic => "generic",
+            Path::Avx2 => "avx2",
+            Path::Avx512 => "avx512",
+        }
+    }
+
+    /// Parses [`Path::name`].
+    pub fn from_name(s: &str) -> Option<Path> {
+        Path::ALL.into_iter().find(|p| p.name() == s)
+    }
+
+    /// Whether this CPU (and its OS/VMM-enabled register state) can run the path.
+    pub fn supported(self) -> bool {
+        match self {
+            Path::Generic => true,
+            Path::Avx2 => features().avx2,
+            Path::Avx512 => features().avx512,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Path::Generic => 1,
+            Path::Avx2 => 2,
+            Path::Avx512 => 3,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Path> {
+        match c {
+            1 => Some(Path::Generic),
+            2 => Some(Path::Avx2),
+            3 => Some(Path::Avx512),
+            _ => None,
+        }
+    }
+}
+
+/// The CPU features the kernels use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Features {
+    /// AVX2, FMA and F16C, with YMM state enabled in XCR0.
+    pub avx2: bool,
+    /// AVX-512 F, BW, VL (and `avx2`), with ZMM state enabled in XCR0.
+    pub avx512: bool,
+}
+
+/// 0 = not detected yet; else bit 0 set plus bit 1 avx2, bit 2 avx512.
+static FEATURES: AtomicU8 = AtomicU8::new(0);
+/// 0 = not read yet; `AUTO`; else a forced `Path::code`.
+static FORCED: AtomicU8 = AtomicU8::new(0);
+const AUTO: u8 = 255;
+
+/// The detected features (CPUID runs once; later calls read the cache).
+pub fn features() -> Features {
+    let mut bits = FEATURES.load(Ordering::Relaxed);
+    if bits == 0 {
+        let f = detect();
+        bits = 1 | (u8::from(f.avx2) << 1) | (u8::from(f.avx512) << 2);
+        FEATURES.store(bits, Ordering::Relaxed);
+    }
+    Features { avx2: bits & 2 != 0, avx512: bits & 4 != 0 }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unused_unsafe)] // CPUID is a safe intrinsic since Rust 1.87; the MSRV is 1.85.
+fn detect() -> Features {
+    use core::arch::x86_64::{__cpuid, __cpuid_count};
+    // SAFETY: CPUID exists on every x86_64 CPU.
+    let max = unsafe { __cpuid(0) }.eax;
+    if max < 7 {
+        return Features::default();
+    }
+    // SAFETY: leaves 1 and 7 exist (max >= 7).
+    let (l1, l7) = unsafe { (__cpuid(1), __cpuid_count(7, 0)) };
+    let osxsave = l1.ecx & (1 << 27) != 0;
+    if !osxsave {
+        return Features::default();
+    }
+    // SAFETY: OSXSAVE is set, so XGETBV is enabled.
+    let xcr0 = unsafe { xgetbv0() };
+    let ymm = xcr0 & 0x6 == 0x6;
+    let zmm = ymm && xcr0 & 0xe0 == 0xe0;
+    let fma = l1.ecx & (1 << 12) != 0;
+    let f16c = l1.ecx & (1 << 29) != 0;
+    let avx = l1.ecx & (1 << 28) != 0;
+    let avx2 = ymm && avx && fma && f16c && l7.ebx & (1 << 5) != 0;
+    let f = l7.ebx & (1 << 16) != 0;
+    let bw = l7.ebx & (1 << 30) != 0;
+    let vl = l7.ebx & (1 << 31) != 0;
+    Features { avx2, avx512: avx2 && zmm && f && bw && vl }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> Features {
+    Features::default()
+}
+
+/// XCR0 via XGETBV(0).
+///
+/// # Safety
+/// CPUID.1:ECX.OSXSAVE must be set.
+#[cfg(target_arch = "x86_64")]
+unsafe fn xgetbv0() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: the caller checked OSXSAVE; xgetbv reads XCR0 without side effects.
+    unsafe {
+        core::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi,
+            options(nomem, nostack, preserves_flags));
+    }
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
+/// The fastest path this CPU supports.
+pub fn best() -> Path {
+    let f = features();
+    if f.avx512 {
+        Path::Avx512
+    } else if f.avx2 {
+        Path::Avx2
+    } else {
+        Path::Generic
+    }
+}
+
+/// The path `kernels::matmul` uses: the forced one, else [`best`]. With
+/// feature `std` the environment variable `KORE_KERNELS` (`generic`, `avx2`,
+/// `avx512`) forces the initial choice when this CPU supports it.
+pub fn active() -> Path {
+    let mut code = FORCED.load(Ordering::Relaxed);
+    if code == 0 {
+        code = initial().filter(|p| p.supported()).map_or(AUTO, Path::code);
+        FORCED.store(code, Ordering::Relaxed);
+    }
+    Path::from_code(code).unwrap_or_else(best)
+}
+
+#[cfg(feature = "std")]
+fn initial() -> Option<Path> {
+    std::env::var("KORE_KERNELS").ok().and_then(|v| Path::from_name(v.trim()))
+}
+
+#[cfg(not(feature = "std"))]
+fn initial() -> Option<Path> {
+    None
+}
+
+/// The requested path is not supported by this CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unsupported(pub Path);
+
+impl core::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "this CPU cannot run the {} kernels; use generic or automatic", self.0.name())
+    }
+}
+
+/// Forces `path` for every later kernel call in this process (`None` = automatic).
+pub fn force(path: Option<Path>) -> Result<(), Unsupported> {
+    match path {
+        Some(p) if !p.supported() => Err(Unsupported(p)),
+        Some(p) => {
+            FORCED.store(p.code(), Ordering::Relaxed);
+            Ok(())
+        }
+        None => {
+            FORCED.store(AUTO, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Every SIMD kernel path agrees with the generic twin across odd shapes,
+//! token counts (tiles of 16 and their remainders) and pool sizes.
+
+use kore_engine::kernels::{matmul_with, permute_nvfp4};
+use kore_engine::pool::{Parallel, Serial, ThreadPool};
+use kore_engine::simd::Path;
+use kore_engine::{DType, Linear};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn f(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+fn dense_bytes(rng: &mut Rng, dtype: DType, n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let v = rng.f();
+        match dtype {
+            DType::F32 => out.extend_from_slice(&v.to_le_bytes()),
+            DType::BF16 => out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes()),
+            _ => out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes()),
+        }
+    }
+    out
+}
+
+/// E4M3 scales without the NaN codes, over the whole exponent range.
+fn scales(rng: &mut Rng, n: usize) -> Vec<u8> {
+    (0..n).map(|_| (rng.next() as u8) & 0xF7).map(|b| if b & 0x7F == 0x7F { 0x7E } else { b }).collect()
+}
+
+/// Generic-vs-path check of `y` for a weight with elementwise `|W|`.
+fn check(path: Path, pool: &dyn Parallel, w: &Linear<'_>, rng: &mut Rng, tokens: usize) {
+    let (rows, cols) = (w.rows(), w.cols());
+    let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f()).collect();
+    let mut want = vec![0.0; tokens * rows];
+    let mut got = vec![f32::NAN; tokens * rows];
+    matmul_with(Path::Generic, &Serial, w, &x, tokens, &mut want);
+    matmul_with(path, pool, w, &x, tokens, &mut got);
+    let mut row = vec![0.0; cols];
+    for r in 0..rows {
+        w.decode_row(r, &mut row);
+        for t in 0..tokens {
+            let mag: f32 = row.iter().zip(&x[t * cols..]).map(|(a, b)| (a * b).abs()).sum();
+            let (a, b) = (want[t * rows + r], got[t * rows + r]);
+            assert!(
+                (a - b).abs() <= 2e-6 * mag + 1e-30,
+                "{} {rows}x{cols} tokens {tokens} row {r} token {t}: generic {a} vs {b} (mag {mag})",
+                path.name()
+            );
+        }
+    }
+}
+
+fn paths() -> Vec<Path> {
+    let p: Vec<Path> = Path::ALL.into_iter().filter(|p| p.supported() && *p != Path::Generic).collect();
+    eprintln!("checking paths: {:?}", p);
+    p
+}
+
+#[test]
+fn nvfp4_paths_agree_with_generic() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let pool = ThreadPool::new(3);
+    for path in paths() {
+        for &(rows, cols) in &[(1, 16), (3, 48), (17, 64), (5, 80), (33, 272), (9, 1040), (4, 2064)] {
+            let packed = rng.bytes(rows * cols / 2);
+            let sc = scales(&mut rng, rows * cols / 16);
+            let gs = 0.37f32;
+            let w = Linear::Nvfp4 { packed: &packed, scales: &sc, global_scale: gs, rows, cols };
+            for tokens in [1, 2, 5, 16, 17, 35] {
+                check(path, &Serial, &w, &mut rng, tokens);
+                check(path, &pool, &w, &mut rng, tokens);
+            }
+        }
+    }
+}
+
+#[test]
+fn dense_paths_agree_with_generic() {
+    let mut rng = Rng(0x0123_4567_89AB_CDEF);
+    let pool = ThreadPool::new(2);
+    for path in paths() {
+        for dtype in [DType::BF16, DType::F16, DType::F32] {
+            for &(rows, cols) in &[(1, 1), (3, 7), (17, 16), (5, 33), (40, 100), (7, 1031)] {
+                let data = dense_bytes(&mut rng, dtype, rows * cols);
+                let w = Linear::Dense { dtype, data: &data, rows, cols };
+                for tokens in [1, 3, 16, 19] {
+                    check(path, &Serial, &w, &mut rng, tokens);
+                    check(path, &pool, &w, &mut rng, tokens);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pool_split_is_exact() {
+    // Rows split across workers are computed by the same kernel: identical bits.
+    let mut rng = Rng(42);
+    let (rows, cols, tokens) = (300, 512, 3);
+    let packed = rng.bytes(rows * cols / 2);
+    let sc = scales(&mut rng, rows * cols / 16);
+    let w = Linear::Nvfp4 { packed: &packed, scales: &sc, global_scale: 1.0, rows, cols };
+    let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f()).collect();
+    let path = kore_engine::simd::best();
+    let mut a = vec![0.0; tokens * rows];
+    let mut b = vec![0.0; tokens * rows];
+    matmul_with(path, &Serial, &w, &x, tokens, &mut a);
+    matmul_with(path, &ThreadPool::new(4), &w, &x, tokens, &mut b);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn permutation_is_even_then_odd() {
+    let x: Vec<f32> = (0..40).map(|i| i as f32).collect();
+    let mut out = vec![0.0; 40];
+    permute_nvfp4(&x, &mut out, 16);
+    assert_eq!(&out[..16], &[0., 2., 4., 6., 8., 10., 12., 14., 1., 3., 5., 7., 9., 11., 13., 15.]);
+    assert_eq!(&out[32..], &x[32..]);
+}
