@@ -54,7 +54,7 @@ pub enum Command {
 }
 
 /// `--json`: print one JSON object as the last line of stdout.
-#[derive(Debug, Args, Clone, Copy)]
+#[derive(Debug, Args, Clone, Copy, Default)]
 pub struct JsonFlag {
     /// Print a JSON object as the last line of stdout.
     #[arg(long)]
@@ -62,7 +62,7 @@ pub struct JsonFlag {
 }
 
 /// Sampling and drafting options shared by generate, chat and batch.
-#[derive(Debug, Args, Clone)]
+#[derive(Debug, Args, Clone, Default)]
 pub struct SamplingArgs {
     /// Maximum number of tokens to generate.
     #[arg(long)]
@@ -108,8 +108,8 @@ pub struct GenerateArgs {
     pub json: JsonFlag,
 }
 
-/// Arguments of `chat`.
-#[derive(Debug, Args)]
+/// Arguments of `chat` (the default: what `kore-launch` with no arguments runs).
+#[derive(Debug, Args, Default)]
 pub struct ChatArgs {
     /// Run the engine in-process on the host instead of in the guest.
     #[arg(long)]
@@ -171,6 +171,15 @@ pub struct BatchArgs {
     /// Pack directory or Hugging Face model directory (default: model-packs/tiny).
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// Thinking mode for chat lines that do not set `thinking`.
+    #[arg(long, value_enum)]
+    pub thinking: Option<OnOff>,
+    /// Exit non-zero when any line ends as an error row.
+    #[arg(long)]
+    pub fail_on_error: bool,
+    /// Defaults for lines that do not set these parameters.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 }
 
 /// Arguments of `bench`.

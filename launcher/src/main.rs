@@ -8,6 +8,7 @@ mod config;
 mod error;
 mod host;
 mod model;
+mod term;
 
 use clap::Parser;
 

@@ -29,12 +29,7 @@ fn connect(uds: &std::path::Path, deadline: Instant) -> UnixStream {
     }
 }
 
-// Ignored in CI for now: about one run in ten the guest loses a device interrupt (it halts
-// forever) or has ring-3 memory overwritten with its own address, because Kore's IRQ entry
-// (`kore_irq_entry`, `mov [rcx], ecx`) ran with a ring-3 rcx. Diagnosis and request to the
-// guest helper in /work/coord/REQUESTS.md. Run with `cargo test -p kore-boot-test -- --ignored`.
 #[test]
-#[ignore = "flaky until the guest kernel's IRQ entry is fixed (REQUESTS.md)"]
 fn guest_echoes_a_megabyte_over_vsock() {
     let img = images().unwrap();
     let dir = std::env::temp_dir().join(format!("kore-boot-test-{}", std::process::id()));

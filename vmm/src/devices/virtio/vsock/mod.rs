@@ -16,6 +16,8 @@
 //! returned to the guest unused and costs only that packet.
 
 pub mod conn;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod muxer;
 pub mod packet;
 

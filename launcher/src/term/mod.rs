@@ -1,0 +1,26 @@
+//! Terminal helpers for the interactive commands, on plain std I/O and libc:
+//! Ctrl-C as a flag ([`sigint`]), reading multi-line input ([`input`]), and
+//! rendering a streamed answer with folded thinking ([`render`]).
+
+pub mod input;
+pub mod render;
+pub mod sigint;
+
+/// True when `fd` is a terminal.
+pub fn is_tty(fd: i32) -> bool {
+    // SAFETY: isatty only inspects the descriptor number; any value is safe to pass.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
+/// Columns and rows of the terminal on stdout (80x24 when unknown).
+pub fn size() -> (usize, usize) {
+    let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCGWINSZ writes one `winsize` into the struct we pass, which lives
+    // for the whole call.
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col > 0 && ws.ws_row > 0 {
+        (usize::from(ws.ws_col), usize::from(ws.ws_row))
+    } else {
+        (80, 24)
+    }
+}
