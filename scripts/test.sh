@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Formatting of both workspaces (cheap; fails fast).
+cargo fmt --all -- --check
+(cd guest-kernel && cargo fmt --all -- --check)
+
 # Hugepages for the VMM tests (2 MiB pages); harmless when already reserved.
 if [ "$(id -u)" = 0 ] && [ -w /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages ]; then
   want=${KORE_TEST_HUGEPAGES:-1024}

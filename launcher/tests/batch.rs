@@ -34,9 +34,18 @@ fn input() -> (String, Vec<(Value, String)>) {
         }
         let msg = format!("message number {n}");
         let (line, name) = match n % 4 {
-            0 => (json!({"id": format!("q{n}"), "prompt": msg, "max_tokens": 64}), json!({"id": format!("q{n}")})),
-            1 => (json!({"messages": [{"role": "user", "content": msg}], "thinking": false}), json!({"line": n})),
-            _ => (json!({"id": n, "messages": [{"role": "user", "content": msg}], "thinking": false}), json!({"id": n})),
+            0 => (
+                json!({"id": format!("q{n}"), "prompt": msg, "max_tokens": 64}),
+                json!({"id": format!("q{n}")}),
+            ),
+            1 => (
+                json!({"messages": [{"role": "user", "content": msg}], "thinking": false}),
+                json!({"line": n}),
+            ),
+            _ => (
+                json!({"id": n, "messages": [{"role": "user", "content": msg}], "thinking": false}),
+                json!({"id": n}),
+            ),
         };
         text.push_str(&format!("{line}\n"));
         expect.push((name, msg));
@@ -68,7 +77,11 @@ fn check(rows: &[Value], expect: &[(Value, String)]) {
         assert!(row.get("error").is_none(), "{row}");
         assert_eq!(row["text"], msg.as_str(), "{row}");
         assert_eq!(row["finish"], "stop", "{row}");
-        assert_eq!(row["stats"]["generated_tokens"], row["token_ids"].as_array().unwrap().len(), "{row}");
+        assert_eq!(
+            row["stats"]["generated_tokens"],
+            row["token_ids"].as_array().unwrap().len(),
+            "{row}"
+        );
     }
 }
 
@@ -78,7 +91,14 @@ fn two_hundred_lines_with_a_bad_one_in_order() {
     let (text, expect) = input();
     let (inp, out) = (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"));
     std::fs::write(&inp, &text).unwrap();
-    let o = kore().arg("batch").arg(&inp).arg("-o").arg(&out).args(["--concurrency", "8"]).output().unwrap();
+    let o = kore()
+        .arg("batch")
+        .arg(&inp)
+        .arg("-o")
+        .arg(&out)
+        .args(["--concurrency", "8"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     assert!(stderr.contains("199 answered, 1 errors"), "{stderr}");
@@ -86,7 +106,8 @@ fn two_hundred_lines_with_a_bad_one_in_order() {
     assert!(!dir.path().join("out.jsonl.partial").exists());
 
     // --fail-on-error turns the bad line into a non-zero exit; the rest is reused.
-    let o = kore().arg("batch").arg(&inp).arg("-o").arg(&out).arg("--fail-on-error").output().unwrap();
+    let o =
+        kore().arg("batch").arg(&inp).arg("-o").arg(&out).arg("--fail-on-error").output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && stderr.contains("199 reused"), "{stderr}");
     check(&rows(&out), &expect);
@@ -114,7 +135,10 @@ fn a_killed_run_resumes_without_losing_or_repeating() {
         if n >= 40 {
             break;
         }
-        assert!(child.try_wait().unwrap().is_none(), "the slow batch ended before it could be killed");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the slow batch ended before it could be killed"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     child.kill().unwrap();
@@ -146,8 +170,11 @@ fn stdin_to_stdout() {
     child.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let rows: Vec<Value> =
-        String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(rows.len(), 3, "the blank line has no row: {rows:?}");
     // --max-tokens applies to the line without its own max_tokens.
     assert_eq!(rows[0]["id"], "a");

@@ -20,7 +20,11 @@ fn status_lines(screen: &str) -> Vec<&str> {
     screen
         .lines()
         .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
-        .filter(|l| l.contains(" tokens at ") && l.contains(" tok/s · context ") && l.ends_with(" tokens a step"))
+        .filter(|l| {
+            l.contains(" tokens at ")
+                && l.contains(" tok/s · context ")
+                && l.ends_with(" tokens a step")
+        })
         .collect()
 }
 
@@ -49,7 +53,10 @@ fn chat_streams_folds_thinking_cancels_and_quits() {
     t.type_line("first line \\");
     t.type_line("second line");
     let s = t.wait_for("the second status line", |s| status_lines(s).len() == 2);
-    assert!(s.contains("first line \nsecond line\n") || s.contains("first line\nsecond line\n"), "{s}");
+    assert!(
+        s.contains("first line \nsecond line\n") || s.contains("first line\nsecond line\n"),
+        "{s}"
+    );
 
     // Ctrl-C in the middle of a long answer cancels it, not the session.
     t.type_line("forever and ever");

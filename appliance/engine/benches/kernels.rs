@@ -52,7 +52,8 @@ fn main() {
             for tokens in [1usize, 16] {
                 let x = vec![0.5f32; tokens * cols];
                 let mut y = vec![0.0f32; tokens * rows];
-                let s = time(&mut || matmul_with(path, &pool as &dyn Parallel, w, &x, tokens, &mut y));
+                let s =
+                    time(&mut || matmul_with(path, &pool as &dyn Parallel, w, &x, tokens, &mut y));
                 let gbps = w.weight_bytes() as f64 / s / 1e9;
                 let gflops = 2.0 * (rows * cols * tokens) as f64 / s / 1e9;
                 println!(

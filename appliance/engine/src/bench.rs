@@ -71,7 +71,12 @@ pub type Clock<'c> = &'c dyn Fn() -> u64;
 /// STREAM-like read bandwidth over `buf` with every worker of `pool`
 /// (GB/s, best of `passes`). `buf` should be far larger than the caches;
 /// its pages are touched first.
-pub fn read_bandwidth(pool: &dyn Parallel, buf: &mut [u64], clock: Clock<'_>, passes: usize) -> f64 {
+pub fn read_bandwidth(
+    pool: &dyn Parallel,
+    buf: &mut [u64],
+    clock: Clock<'_>,
+    passes: usize,
+) -> f64 {
     let n = buf.len();
     for (i, v) in buf.iter_mut().enumerate() {
         *v = i as u64;
@@ -126,7 +131,10 @@ pub fn run(
     let logits = model.forward(&mut state, &p, Logits::Last)?;
     let prefill_s = secs(clock().saturating_sub(t0));
     let prefill_tok_per_s = p.len() as f64 / prefill_s;
-    progress(format!("prefill: {prefill_tok_per_s:.1} tok/s; decode: {} tokens", opts.decode_tokens));
+    progress(format!(
+        "prefill: {prefill_tok_per_s:.1} tok/s; decode: {} tokens",
+        opts.decode_tokens
+    ));
 
     // Decode: greedy, one token a step (MTP drafting plugs in here).
     let mut next = argmax(&logits) as u32;

@@ -37,10 +37,10 @@ pub mod weights;
 
 pub use config::{ConfigError, LayerKind, ModelConfig};
 pub use generate::{generate, GenerateOptions, Generation, StopReason};
-pub use pool::{Parallel, Serial};
 pub use model::{ForwardError, LoadError, Logits, Model};
-pub use sampling::{Sampler, SamplingParams};
 pub use model::{MtpError, MtpState};
+pub use pool::{Parallel, Serial};
+pub use sampling::{Sampler, SamplingParams};
 pub use spec::{generate_spec, Restore, SpecOptions, SpecStats, Speculator};
 pub use state::{Checkpoints, State};
 pub use tensor::{DType, TensorSource, TensorView};

@@ -37,7 +37,10 @@ fn dense_bytes(rng: &mut Rng, dtype: DType, n: usize) -> Vec<u8> {
 
 /// E4M3 scales without the NaN codes, over the whole exponent range.
 fn scales(rng: &mut Rng, n: usize) -> Vec<u8> {
-    (0..n).map(|_| (rng.next() as u8) & 0xF7).map(|b| if b & 0x7F == 0x7F { 0x7E } else { b }).collect()
+    (0..n)
+        .map(|_| (rng.next() as u8) & 0xF7)
+        .map(|b| if b & 0x7F == 0x7F { 0x7E } else { b })
+        .collect()
 }
 
 /// Generic-vs-path check of `y` for a weight with elementwise `|W|`.
@@ -64,7 +67,8 @@ fn check(path: Path, pool: &dyn Parallel, w: &Linear<'_>, rng: &mut Rng, tokens:
 }
 
 fn paths() -> Vec<Path> {
-    let p: Vec<Path> = Path::ALL.into_iter().filter(|p| p.supported() && *p != Path::Generic).collect();
+    let p: Vec<Path> =
+        Path::ALL.into_iter().filter(|p| p.supported() && *p != Path::Generic).collect();
     eprintln!("checking paths: {:?}", p);
     p
 }
@@ -74,7 +78,8 @@ fn nvfp4_paths_agree_with_generic() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let pool = ThreadPool::new(3);
     for path in paths() {
-        for &(rows, cols) in &[(1, 16), (3, 48), (17, 64), (5, 80), (33, 272), (9, 1040), (4, 2064)] {
+        for &(rows, cols) in &[(1, 16), (3, 48), (17, 64), (5, 80), (33, 272), (9, 1040), (4, 2064)]
+        {
             let packed = rng.bytes(rows * cols / 2);
             let sc = scales(&mut rng, rows * cols / 16);
             let gs = 0.37f32;

@@ -26,8 +26,16 @@ fn reference_tests_pass_on_every_forced_path() {
             .output()
             .unwrap();
         let log = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "reference tests on the {} kernels failed:\n{log}", path.name());
-        assert!(log.contains("test result: ok. 5 passed"), "{}: unexpected run:\n{log}", path.name());
+        assert!(
+            out.status.success(),
+            "reference tests on the {} kernels failed:\n{log}",
+            path.name()
+        );
+        assert!(
+            log.contains("test result: ok. 5 passed"),
+            "{}: unexpected run:\n{log}",
+            path.name()
+        );
     }
 }
 

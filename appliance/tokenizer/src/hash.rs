@@ -75,4 +75,3 @@ pub(crate) fn hash_bytes(bytes: &[u8]) -> u64 {
     h.write(bytes);
     h.finish()
 }
-

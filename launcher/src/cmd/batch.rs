@@ -57,15 +57,16 @@ pub fn run(args: BatchArgs) -> Result<()> {
     let pending = jobs.iter().filter(|j| matches!(j.work, Work::Request(_))).count();
     let mut out = Output::create(&args.output)?;
     let bar = progress_bar(jobs.len() as u64);
-    let bad = jobs.iter().filter(|j| matches!(&j.work, Work::Row(r) if r.get("error").is_some())).count();
+    let bad =
+        jobs.iter().filter(|j| matches!(&j.work, Work::Row(r) if r.get("error").is_some())).count();
     let mut summary = Summary { reused, errors: bad, ..Summary::default() };
     if pending == 0 {
         write_rows(&jobs, &mut 0, &mut out, &bar)?;
     } else {
-        let backend =
-            session::open(&Placement { native: args.native, model: args.model.clone() })?;
+        let backend = session::open(&Placement { native: args.native, model: args.model.clone() })?;
         let res = backend.connect().and_then(|conn| {
-            let mut runner = Runner { conn, jobs: &mut jobs, out: &mut out, bar: &bar, summary: &mut summary };
+            let mut runner =
+                Runner { conn, jobs: &mut jobs, out: &mut out, bar: &bar, summary: &mut summary };
             runner.run(args.concurrency.clamp(1, MAX_CONCURRENCY))
         });
         let stopped = backend.shutdown();
@@ -102,8 +103,11 @@ struct Summary {
 
 fn read_input(path: &Path) -> Result<Vec<String>> {
     let io_err = |source| LaunchError::Io { path: path.display().to_string(), source };
-    let reader: Box<dyn Read> =
-        if path.as_os_str() == "-" { Box::new(io::stdin()) } else { Box::new(File::open(path).map_err(io_err)?) };
+    let reader: Box<dyn Read> = if path.as_os_str() == "-" {
+        Box::new(io::stdin())
+    } else {
+        Box::new(File::open(path).map_err(io_err)?)
+    };
     let mut lines = Vec::new();
     for line in BufReader::new(reader).split(b'\n') {
         let mut bytes = line.map_err(io_err)?;
@@ -129,7 +133,11 @@ fn parse_jobs(lines: &[String], args: &BatchArgs) -> Vec<Job> {
         } else {
             serde_json::from_str(line).map_err(|e| format!("the line is not JSON: {e}"))
         };
-        let readable_id = parsed.as_ref().ok().and_then(|v| v.get("id")).filter(|id| id.is_string() || id.is_number());
+        let readable_id = parsed
+            .as_ref()
+            .ok()
+            .and_then(|v| v.get("id"))
+            .filter(|id| id.is_string() || id.is_number());
         let name = match readable_id {
             Some(id) => ("id".to_owned(), id.clone()),
             None => ("line".to_owned(), Value::from(i + 1)),
@@ -190,7 +198,8 @@ fn reuse_previous(out: &Path, jobs: &mut [Job]) -> Result<usize> {
         let Ok(file) = File::open(&path) else { continue };
         let mut seen: HashMap<String, usize> = HashMap::new();
         for line in BufReader::new(file).lines() {
-            let line = line.map_err(|source| LaunchError::Io { path: path.display().to_string(), source })?;
+            let line = line
+                .map_err(|source| LaunchError::Io { path: path.display().to_string(), source })?;
             // A torn last line (interrupted write) is simply not reused.
             let Ok(row) = serde_json::from_str::<Value>(&line) else { continue };
             let Some(base) = row_base(&row) else { continue };
@@ -239,10 +248,13 @@ impl Output {
     fn write_row(&mut self, row: &Value) -> Result<()> {
         let line = format!("{row}\n");
         let (res, name) = match self {
-            Output::Stdout(s) => (s.write_all(line.as_bytes()).and_then(|()| s.flush()), "stdout".into()),
-            Output::File { file, partial, .. } => {
-                (file.write_all(line.as_bytes()).and_then(|()| file.flush()), partial.display().to_string())
+            Output::Stdout(s) => {
+                (s.write_all(line.as_bytes()).and_then(|()| s.flush()), "stdout".into())
             }
+            Output::File { file, partial, .. } => (
+                file.write_all(line.as_bytes()).and_then(|()| file.flush()),
+                partial.display().to_string(),
+            ),
         };
         res.map_err(|source| LaunchError::Io { path: name, source })
     }
@@ -262,8 +274,10 @@ impl Output {
 
 fn progress_bar(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
-    let style = ProgressStyle::with_template("{bar:40} {pos}/{len} lines {msg} [{elapsed_precise}, eta {eta}]")
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let style = ProgressStyle::with_template(
+        "{bar:40} {pos}/{len} lines {msg} [{elapsed_precise}, eta {eta}]",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
     bar
 }
@@ -290,8 +304,9 @@ struct Runner<'a> {
 
 impl Runner<'_> {
     fn run(&mut self, concurrency: usize) -> Result<()> {
-        let mut waiting: VecDeque<usize> =
-            (0..self.jobs.len()).filter(|&i| matches!(self.jobs[i].work, Work::Request(_))).collect();
+        let mut waiting: VecDeque<usize> = (0..self.jobs.len())
+            .filter(|&i| matches!(self.jobs[i].work, Work::Request(_)))
+            .collect();
         let mut in_flight = 0usize;
         let mut next_row = 0usize;
         let mut retry_at: Option<Instant> = None;
@@ -323,7 +338,9 @@ impl Runner<'_> {
                 }
                 Event::Error { id, code, message } => {
                     let Some(i) = self.index(&id) else {
-                        return Err(LaunchError::Other(format!("the appliance refused a request ({code}): {message}")));
+                        return Err(LaunchError::Other(format!(
+                            "the appliance refused a request ({code}): {message}"
+                        )));
                     };
                     if code == "overloaded" {
                         // Another client filled the queue: send it again shortly.

@@ -76,7 +76,9 @@ fn stream(
             }
             Event::Done { id: got, body } if got == id => return Ok(body),
             Event::Error { id: got, code, message } if got == id || got.is_null() => {
-                return Err(LaunchError::Other(format!("the appliance refused ({code}): {message}")))
+                return Err(LaunchError::Other(format!(
+                    "the appliance refused ({code}): {message}"
+                )))
             }
             Event::Closed(why) => return Err(LaunchError::Other(why)),
             _ => {}
@@ -98,7 +100,8 @@ fn one_shot(backend: &dyn Backend, args: &ChatArgs, prompt: &str) -> Result<()> 
         stream(&mut conn, 1, &mut |_, _| Ok(()))?
     } else if tty {
         let mut r = Renderer::new(io::stdout(), true, term::size());
-        let body = stream(&mut conn, 1, &mut |t, think| if think { r.thinking(t) } else { r.answer(t) })?;
+        let body =
+            stream(&mut conn, 1, &mut |t, think| if think { r.thinking(t) } else { r.answer(t) })?;
         r.note(&session::status_line(&body["stats"])).map_err(stdout_err)?;
         body
     } else {
@@ -118,7 +121,8 @@ fn one_shot(backend: &dyn Backend, args: &ChatArgs, prompt: &str) -> Result<()> 
         return Err(LaunchError::Other("the answer was cancelled (Ctrl-C)".into()));
     }
     if args.json.json {
-        let obj = json!({"text": body["text"], "thinking": body["thinking"], "stats": body["stats"]});
+        let obj =
+            json!({"text": body["text"], "thinking": body["thinking"], "stats": body["stats"]});
         println!("{obj}");
     }
     Ok(())
@@ -167,10 +171,8 @@ impl<'a> Chat<'a> {
         let stdin = io::stdin();
         let mut input = stdin.lock();
         loop {
-            let msg = read_message(&mut input, "> ", ". ").map_err(|source| LaunchError::Io {
-                path: "stdin".into(),
-                source,
-            })?;
+            let msg = read_message(&mut input, "> ", ". ")
+                .map_err(|source| LaunchError::Io { path: "stdin".into(), source })?;
             let text = match msg {
                 Input::Eof => {
                     println!();

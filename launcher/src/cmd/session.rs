@@ -45,7 +45,8 @@ pub fn open(placement: &Placement) -> Result<Box<dyn Backend>> {
         return Ok(backend);
     }
     let where_ = if placement.native { "in-process (--native)" } else { "in the Kore guest" };
-    let model = placement.model.as_deref().unwrap_or(std::path::Path::new(crate::model::DEFAULT_MODEL));
+    let model =
+        placement.model.as_deref().unwrap_or(std::path::Path::new(crate::model::DEFAULT_MODEL));
     Err(LaunchError::Other(format!(
         "running {} {where_} is not available in this build yet (the appliance adapters \
          have not landed); `kore-launch generate --native` works",

@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use kore_service::fake::{Behaviour, FakeCodec, FakeEngine, IM_END, IM_START, THINK_CLOSE, THINK_OPEN};
+use kore_service::fake::{
+    Behaviour, FakeCodec, FakeEngine, IM_END, IM_START, THINK_CLOSE, THINK_OPEN,
+};
 use kore_service::host::{ServiceHandle, StdClock};
 use kore_service::{Config, Engine, EngineError, EngineInfo, GenParams, Service};
 
@@ -30,7 +32,8 @@ pub fn open(kind: &str) -> Result<Box<dyn Backend>> {
         .and_then(|s| s.parse::<u64>().ok())
         .map_or(Duration::ZERO, Duration::from_millis);
     let handle = ServiceHandle::spawn(move || {
-        let engine = ScriptedEngine { inner: FakeEngine::new(Behaviour::Echo, FAKE_CONTEXT), delay };
+        let engine =
+            ScriptedEngine { inner: FakeEngine::new(Behaviour::Echo, FAKE_CONTEXT), delay };
         Service::new(engine, FakeCodec, StdClock::new(), Config::default())
     })
     .map_err(|e| LaunchError::Other(format!("cannot start the fake service: {e}")))?;
@@ -103,7 +106,11 @@ impl Engine for ScriptedEngine {
         self.inner.info()
     }
 
-    fn start(&mut self, prompt: &[u32], params: &GenParams) -> std::result::Result<(), EngineError> {
+    fn start(
+        &mut self,
+        prompt: &[u32],
+        params: &GenParams,
+    ) -> std::result::Result<(), EngineError> {
         self.inner.behaviour = Behaviour::Script(Self::script(prompt));
         self.inner.start(prompt, params)
     }

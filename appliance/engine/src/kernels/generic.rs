@@ -6,7 +6,14 @@ use crate::weights::Linear;
 
 /// One weight row `r` against `n` tokens of `x` (`[n, cols]`, unpermuted):
 /// `out[t] = dot(W[r], x[t])`. `scratch` holds at least `cols` floats.
-pub fn row(w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut [f32; 16], scratch: &mut [f32]) {
+pub fn row(
+    w: &Linear<'_>,
+    r: usize,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32; 16],
+    scratch: &mut [f32],
+) {
     let cols = w.cols();
     let buf = &mut scratch[..cols];
     w.decode_row(r, buf);

@@ -10,9 +10,8 @@ use core::arch::x86_64::*;
 use crate::weights::E4M3_TABLE;
 
 /// E2M1 code -> value (bit 3 = sign).
-pub(crate) const E2M1_LUT: [f32; 16] = [
-    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
-];
+pub(crate) const E2M1_LUT: [f32; 16] =
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
 
 /// The last block when `cols % 32 == 16` (activations not permuted there):
 /// adds its contribution for `n` tokens into `out`. Plain Rust.
@@ -59,7 +58,8 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
         let sign = _mm256_set1_epi32(i32::MIN);
         let mut acc = [_mm256_setzero_ps(); N];
         for b in 0..cols / 16 {
-            let wb = _mm256_cvtepu8_epi32(_mm_loadl_epi64(packed.as_ptr().add(b * 8) as *const __m128i));
+            let wb =
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(packed.as_ptr().add(b * 8) as *const __m128i));
             let sl = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32::<28>(wb), sign));
             let sh = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32::<24>(wb), sign));
             let wl = _mm256_xor_ps(_mm256_permutevar8x32_ps(lut, wb), sl);

@@ -92,7 +92,8 @@ pub fn random_case(rng: &mut Rng) -> Vec<u8> {
                 _ => rng.next_u64() as u32,
             };
             let flags = (rng.below(8) as u16) & if rng.below(4) == 0 { 0xffff } else { 3 };
-            let next = if rng.below(8) == 0 { rng.next_u64() as u16 } else { (i as u16 + 1) % QUEUE_SIZE };
+            let next =
+                if rng.below(8) == 0 { rng.next_u64() as u16 } else { (i as u16 + 1) % QUEUE_SIZE };
             m[d..d + 8].copy_from_slice(&addr.to_le_bytes());
             m[d + 8..d + 12].copy_from_slice(&len.to_le_bytes());
             m[d + 12..d + 14].copy_from_slice(&flags.to_le_bytes());
