@@ -33,7 +33,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let opts = BenchOptions { mtp: args.mtp.unwrap_or(0), ..BenchOptions::default() };
     if opts.mtp > 0 {
-        tracing::warn!("MTP drafting is not in the native engine yet; measuring one token a step");
+        tracing::warn!(
+            "bench --mtp is not wired to speculative decoding yet; measuring one token a step"
+        );
     }
     let pool = ThreadPool::new(threads);
     let start = Instant::now();

@@ -5,7 +5,8 @@
 use std::io::Write;
 use std::time::Instant;
 
-use kore_engine::{Logits, Sampler, SamplingParams, SpecOptions, Speculator};
+use kore_engine::pool::ThreadPool;
+use kore_engine::{GenerateOptions, SamplingParams, SpecOptions, StopReason};
 use serde_json::json;
 
 use crate::cli::{GenerateArgs, SamplingArgs};
@@ -38,8 +39,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 .into(),
         ));
     }
+    // Rows of every matrix product split across all cores (bit-identical to one thread).
+    let pool = ThreadPool::with_all_cores();
     let files = model::open(args.model.as_deref())?;
-    let model = files.model()?;
+    let mut model = files.model()?;
+    model.set_pool(&pool);
     let prompt = match (&args.prompt_ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
         (None, Some(text)) => match &files.tokenizer {
@@ -66,11 +70,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let mtp = mtp_drafts(&model, args.sampling.mtp)?;
     let params = sampling_params(&args.sampling)?;
     let max_tokens = args.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-    let run = if mtp > 0 {
-        decode_mtp(&model, &prompt, max_tokens, &files.stop_tokens, params, mtp)?
-    } else {
-        decode(&model, &prompt, max_tokens, &files.stop_tokens, params)?
-    };
+    let run = decode(&model, &prompt, max_tokens, &files.stop_tokens, params, mtp)?;
     let text = match &files.tokenizer {
         Some(t) => t.decode(&run.tokens),
         None => {
@@ -137,87 +137,49 @@ struct Run {
     acceptance: Vec<f64>,
 }
 
-/// Decoding with MTP speculative drafts (`n` per step at most, adaptive).
-fn decode_mtp(
-    model: &kore_engine::Model<'_>,
-    prompt: &[u32],
-    max_tokens: usize,
-    stop: &[u32],
-    params: SamplingParams,
-    n: usize,
-) -> Result<Run> {
-    let engine_err = |e: kore_engine::MtpError| LaunchError::Other(format!("engine: {e}"));
-    let spec =
-        SpecOptions { draft_vocab: draft_vocab(model.config.vocab_size), ..SpecOptions::new(n) };
-    let mut state = model.new_state();
-    let t0 = Instant::now();
-    let mut sp = Speculator::start(model, &mut state, prompt, Sampler::new(params), spec)
-        .map_err(engine_err)?;
-    let prefill_s = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    let (mut tokens, mut stopped) = (Vec::new(), false);
-    let mut batch = vec![sp.pending()];
-    'gen: loop {
-        for &t in &batch {
-            tokens.push(t);
-            if stop.contains(&t) {
-                stopped = true;
-                break 'gen;
-            }
-            if tokens.len() >= max_tokens {
-                break 'gen;
-            }
-        }
-        let left = max_tokens - tokens.len();
-        batch = sp.step(&mut state, left.saturating_sub(1)).map_err(engine_err)?;
-    }
-    Ok(Run {
-        decode_tokens: tokens.len().saturating_sub(1),
-        tokens,
-        stopped,
-        prefill_s,
-        decode_s: t1.elapsed().as_secs_f64(),
-        tokens_per_step: sp.stats.tokens_per_step(),
-        acceptance: sp.stats.acceptance(),
-    })
-}
-
+/// Generates with the engine's own loops ([`kore_engine::generate`], or
+/// [`kore_engine::generate_spec`] when `mtp > 0`), timing prefill as the time
+/// to the first token and decode as the rest.
 fn decode(
     model: &kore_engine::Model<'_>,
     prompt: &[u32],
     max_tokens: usize,
     stop: &[u32],
     params: SamplingParams,
+    mtp: usize,
 ) -> Result<Run> {
-    let engine_err = |e: kore_engine::ForwardError| LaunchError::Other(format!("engine: {e}"));
+    let engine_err = |e: &dyn std::fmt::Display| LaunchError::Other(format!("engine: {e}"));
+    let opts = GenerateOptions { max_tokens, stop_tokens: stop.to_vec(), sampling: params };
     let mut state = model.new_state();
-    let mut sampler = Sampler::new(params);
     let t0 = Instant::now();
-    let mut logits = model.forward(&mut state, prompt, Logits::Last).map_err(engine_err)?;
-    let prefill_s = t0.elapsed().as_secs_f64();
-    let (mut tokens, mut stopped, mut decode_steps) = (Vec::new(), false, 0);
-    let t1 = Instant::now();
-    while tokens.len() < max_tokens {
-        let next = sampler.sample(&logits);
-        tokens.push(next);
-        if stop.contains(&next) {
-            stopped = true;
-            break;
-        }
-        if tokens.len() == max_tokens {
-            break;
-        }
-        logits = model.forward(&mut state, &[next], Logits::Last).map_err(engine_err)?;
-        decode_steps += 1;
-    }
+    let mut first: Option<Instant> = None;
+    let on_token = |_: u32| {
+        first.get_or_insert_with(Instant::now);
+        true
+    };
+    let (generation, tokens_per_step, acceptance) = if mtp > 0 {
+        let spec = SpecOptions {
+            draft_vocab: draft_vocab(model.config.vocab_size),
+            ..SpecOptions::new(mtp)
+        };
+        let (g, stats) =
+            kore_engine::generate_spec(model, &mut state, prompt, &opts, &spec, on_token)
+                .map_err(|e| engine_err(&e))?;
+        (g, stats.tokens_per_step(), stats.acceptance())
+    } else {
+        let g = kore_engine::generate(model, &mut state, prompt, &opts, on_token)
+            .map_err(|e| engine_err(&e))?;
+        (g, 1.0, Vec::new())
+    };
+    let first = first.unwrap_or(t0);
     Ok(Run {
-        tokens,
-        stopped,
-        prefill_s,
-        decode_s: t1.elapsed().as_secs_f64(),
-        decode_tokens: decode_steps,
-        tokens_per_step: 1.0,
-        acceptance: Vec::new(),
+        decode_tokens: generation.tokens.len().saturating_sub(1),
+        stopped: generation.stop == StopReason::StopToken,
+        tokens: generation.tokens,
+        prefill_s: (first - t0).as_secs_f64(),
+        decode_s: first.elapsed().as_secs_f64(),
+        tokens_per_step,
+        acceptance,
     })
 }
 
