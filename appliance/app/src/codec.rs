@@ -11,7 +11,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use kore_service::{ChatMessage, Codec, Role, StreamDecode};
-use kore_tokenizer::{ChatOptions, ChatTemplate, Tokenizer};
+use kore_tokenizer::{ChatOptions, ChatTemplate, Tokenizer, Utf8Stream};
 
 /// Stop ids of a Qwen3.5 model: the config's end-of-sequence ids plus
 /// `<|im_end|>` and `<|endoftext|>` when the tokenizer has them, sorted,
@@ -100,65 +100,25 @@ impl Codec for TokenizerCodec {
 #[derive(Debug)]
 pub struct OwnedDecoder {
     tokenizer: Arc<Tokenizer>,
-    pending: Vec<u8>,
+    bytes: Utf8Stream,
 }
 
 impl OwnedDecoder {
     /// A decoder with nothing buffered.
     pub fn new(tokenizer: Arc<Tokenizer>) -> Self {
-        Self { tokenizer, pending: Vec::new() }
-    }
-
-    /// Releases the longest prefix of `pending` that is complete text; bytes
-    /// that can never start a character become U+FFFD; with `all`, a cut
-    /// character at the end does too.
-    fn drain(&mut self, all: bool) -> String {
-        let mut out = String::new();
-        let mut start = 0;
-        while start < self.pending.len() {
-            match core::str::from_utf8(&self.pending[start..]) {
-                Ok(s) => {
-                    out.push_str(s);
-                    start = self.pending.len();
-                }
-                Err(e) => {
-                    let valid = start + e.valid_up_to();
-                    // Valid UTF-8 up to `valid` by the error's contract.
-                    out.push_str(core::str::from_utf8(&self.pending[start..valid]).unwrap_or(""));
-                    match e.error_len() {
-                        Some(n) => {
-                            out.push('\u{fffd}');
-                            start = valid + n;
-                        }
-                        None if all => {
-                            out.push('\u{fffd}');
-                            start = self.pending.len();
-                        }
-                        None => {
-                            start = valid;
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        self.pending.drain(..start);
-        out
+        Self { tokenizer, bytes: Utf8Stream::default() }
     }
 }
 
 impl StreamDecode for OwnedDecoder {
     fn push(&mut self, id: u32) -> String {
-        match self.tokenizer.token_bytes(id) {
-            Some(bytes) => self.pending.extend_from_slice(bytes),
-            // Ids past the tokenizer (a model vocabulary padded beyond it)
-            // decode to nothing, as `Tokenizer::decode` does.
-            None => return String::new(),
-        }
-        self.drain(false)
+        // Ids past the tokenizer (a model vocabulary padded beyond it)
+        // decode to nothing, as `Tokenizer::decode` does.
+        let bytes = self.tokenizer.token_bytes(id).unwrap_or_default();
+        self.bytes.push(bytes).unwrap_or_default()
     }
 
     fn flush(&mut self) -> String {
-        self.drain(true)
+        self.bytes.flush().unwrap_or_default()
     }
 }

@@ -5,7 +5,8 @@
 //!   `std` feature), then [`Tokenizer::encode`] (added/special tokens in the text
 //!   are recognised, as Hugging Face `tokenizers` does), [`Tokenizer::encode_ordinary`]
 //!   (they never are), [`Tokenizer::decode`].
-//! - [`StreamDecoder`]: incremental decoding that never emits half a character.
+//! - [`StreamDecoder`]: incremental decoding that never emits half a character
+//!   (over [`Utf8Stream`], for decoders that own their tokenizer handle).
 //! - [`chat`]: Qwen3.5's ChatML template rendered straight to token ids; message
 //!   text is never parsed for special tokens.
 //!
@@ -33,5 +34,5 @@ mod vocab;
 
 pub use chat::{ChatMessage, ChatOptions, ChatTemplate, Role};
 pub use error::TokenizerError;
-pub use stream::StreamDecoder;
+pub use stream::{StreamDecoder, Utf8Stream};
 pub use tokenizer::Tokenizer;
