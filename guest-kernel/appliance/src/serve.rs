@@ -105,15 +105,8 @@ fn receive<E: Engine, C: Codec>(
             }
         }
     }
-    for v in gone {
-        if let Some(c) = conns.remove(&v) {
-            // The peer reset the connection: its running or queued request is cancelled.
-            svc.on_closed(c.svc);
-            dev.sockets.close(v);
-            moved = true;
-        }
-    }
-    moved
+    // The peer reset the connection: its running or queued request is cancelled.
+    close_all(dev, svc, conns, gone) || moved
 }
 
 /// Sends pending output as far as credit allows; closes connections the service finished.
@@ -146,12 +139,23 @@ fn send<E: Engine, C: Codec>(
             gone.push(*v);
         }
     }
+    close_all(dev, svc, conns, gone) || moved
+}
+
+/// Closes the connections in `gone` (service side and socket); true if any was open.
+fn close_all<E: Engine, C: Codec>(
+    dev: &mut Device,
+    svc: &mut Service<E, C, TscClock>,
+    conns: &mut BTreeMap<VConn, Conn>,
+    gone: alloc::vec::Vec<VConn>,
+) -> bool {
+    let mut closed = false;
     for v in gone {
         if let Some(c) = conns.remove(&v) {
             svc.on_closed(c.svc);
             dev.sockets.close(v);
-            moved = true;
+            closed = true;
         }
     }
-    moved
+    closed
 }
