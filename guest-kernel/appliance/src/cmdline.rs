@@ -13,6 +13,14 @@ pub struct Cmdline {
     pub prompt_ids: Option<Vec<u32>>,
     /// `port=P`: the vsock port to serve on.
     pub port: Option<u32>,
+    /// `kernels=NAME`: force kore-engine's kernel path.
+    pub kernels: Option<kore_engine::simd::Path>,
+    /// `bench=N`: run the benchmark with N decode steps, then exit.
+    pub bench: Option<usize>,
+    /// `bench_prompt=P`: the benchmark's prompt tokens.
+    pub bench_prompt: Option<usize>,
+    /// `bench_mib=M`: the read-bandwidth buffer in MiB.
+    pub bench_mib: Option<usize>,
 }
 
 impl Cmdline {
@@ -34,6 +42,12 @@ impl Cmdline {
                     c.prompt_ids = Some(ids);
                 }
                 "port" => c.port = Some(v.parse().map_err(|_| bad())?),
+                "kernels" => {
+                    c.kernels = Some(kore_engine::simd::Path::from_name(v).ok_or_else(bad)?)
+                }
+                "bench" => c.bench = Some(v.parse().map_err(|_| bad())?),
+                "bench_prompt" => c.bench_prompt = Some(v.parse().map_err(|_| bad())?),
+                "bench_mib" => c.bench_mib = Some(v.parse().map_err(|_| bad())?),
                 _ => return Err(alloc::format!("unknown key `{k}`")),
             }
         }

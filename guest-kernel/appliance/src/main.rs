@@ -8,6 +8,11 @@
 //! Command line (space-separated `key=value`); without `selftest` the appliance serves the
 //! chat protocol (kore-service, `docs/protocol.md`) on vsock port [`SERVICE_PORT`]:
 //! - `port=P`: serve on vsock port P instead;
+//! - `kernels=generic|avx2|avx512`: force kore-engine's kernel path (default: the best the CPU
+//!   reports, AVX-512 here);
+//! - `bench=N [bench_prompt=P] [bench_mib=M]`: run kore-engine's benchmark (P prompt tokens,
+//!   default 128; N decode steps; read bandwidth over M MiB, default 64), print
+//!   `kore-appliance: bench {json}` and exit 0;
 //! - `selftest=N`: generate N greedy tokens from a prompt, print
 //!   `kore-appliance: selftest prompt_ids=[..] ids=[..]` and exit 0 (no vsock needed);
 //!   `prompt_ids=1,2,3` sets the prompt (default: the tokenizer's ids of [`SELFTEST_TEXT`]).
@@ -19,7 +24,9 @@
 
 extern crate alloc;
 
+mod bench;
 mod cmdline;
+mod pool;
 mod selftest;
 mod serve;
 
@@ -69,13 +76,21 @@ fn main() -> u32 {
             return exit::BAD_PACK;
         }
     };
-    let model = match pack.model() {
+    if let Some(path) = cmd.kernels {
+        if let Err(e) = kore_engine::simd::force(Some(path)) {
+            println!("kore-appliance: kernels={}: {e}", path.name());
+            return exit::BAD_CMDLINE;
+        }
+    }
+    let mut model = match pack.model() {
         Ok(m) => m,
         Err(e) => {
             println!("kore-appliance: {e}");
             return exit::BAD_PACK;
         }
     };
+    // Every heavy op of the forward pass splits its rows over all vCPUs.
+    model.set_pool(&pool::POOL);
     let tokenizer = match Tokenizer::from_json(pack.tokenizer_json) {
         Ok(t) => t,
         Err(e) => {
@@ -85,14 +100,19 @@ fn main() -> u32 {
     };
     let load_ms = (clock::now_ns() - t0) / 1_000_000;
     println!(
-        "kore-appliance: pack {:?} at {:#x}: {} weight bytes, {} layers, vocab {}, context {}, loaded in {load_ms} ms",
+        "kore-appliance: pack {:?} at {:#x}: {} weight bytes, {} layers, vocab {}, context {}, loaded in {load_ms} ms; kernels={} workers={}",
         pack.manifest.name,
         pack.weights_bytes.as_ptr() as usize,
         pack.weights_bytes.len(),
         model.config.num_layers(),
         model.config.vocab_size,
         pack.manifest.context_length,
+        kore_engine::simd::active().name(),
+        model.pool().workers(),
     );
+    if let Some(n) = cmd.bench {
+        return bench::run(&model, n, cmd.bench_prompt.unwrap_or(128), cmd.bench_mib.unwrap_or(64));
+    }
     if let Some(n) = cmd.selftest {
         return selftest::run(&model, &tokenizer, n, cmd.prompt_ids.as_deref());
     }

@@ -105,3 +105,31 @@ fn service_mode_without_a_vsock_device_says_so_and_exits_5() {
     assert_eq!(o.status, 5, "{}", show(&o));
     assert!(o.said("kore-appliance: no usable vsock device"), "{}", show(&o));
 }
+
+#[test]
+fn bench_mode_reports_every_contract_field() {
+    let o = boot_appliance(&pack_files(tiny_pack()), 2, "bench=32 bench_prompt=64 bench_mib=64");
+    assert_eq!(o.status, 0, "{}", show(&o));
+    let line = o
+        .console
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("kore-appliance: bench {"))
+        .expect("no report");
+    eprintln!("{line}");
+    let v: serde_json::Value =
+        serde_json::from_str(line.trim_start_matches("kore-appliance: bench ")).unwrap();
+    for k in [
+        "measured_read_gbps",
+        "prefill_tok_per_s",
+        "decode_tok_per_s",
+        "step_ms",
+        "achieved_gbps",
+        "bandwidth_fraction",
+        "tokens_per_step",
+    ] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {line}");
+    }
+    assert_eq!(v["threads"], 2, "{line}");
+    assert_eq!(v["kernels"], "avx512", "{line}");
+}
