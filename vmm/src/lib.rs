@@ -39,11 +39,7 @@ pub use config::{HugePageSize, VmConfig};
 pub use preload::Progress;
 pub use vm::{CrashReport, MmioDevice, RunningVm, Stopper, Vm, VmError};
 
-type Attached = (
-    Vec<kore_boot_abi::Device>,
-    Vec<(u64, u64, Arc<Mutex<dyn MmioDevice>>)>,
-    Vec<Box<dyn std::any::Any + Send>>,
-);
+type Attached = (Vec<kore_boot_abi::Device>, Vec<vm::MmioSlot>, Vec<Box<dyn std::any::Any + Send>>);
 
 /// Creates the configured virtio devices: for now the vsock device (if
 /// [`VmConfig::vsock_uds`] is set) at virtio-mmio slot 0, with its GSI

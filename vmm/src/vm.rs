@@ -107,6 +107,9 @@ pub trait MmioDevice: Send {
     fn write(&mut self, offset: u64, data: &[u8]);
 }
 
+/// An MMIO window: base, size and the device behind it.
+pub(crate) type MmioSlot = (u64, u64, Arc<Mutex<dyn MmioDevice>>);
+
 pub(crate) struct Shared {
     outcome: Mutex<Option<Outcome>>,
     done: Condvar,
@@ -116,7 +119,7 @@ pub(crate) struct Shared {
     released: Mutex<bool>,
     release_cv: Condvar,
     serial: Mutex<SerialDevice>,
-    mmio: Vec<(u64, u64, Arc<Mutex<dyn MmioDevice>>)>,
+    mmio: Vec<MmioSlot>,
 }
 
 impl Shared {

@@ -230,6 +230,21 @@ impl Conn {
         None
     }
 
+    /// Prepares for a device reset; returns false if the connection must go.
+    /// A client still waiting for its `CONNECT` line, or whose REQUEST the
+    /// guest has not answered, was never the guest's: it stays, with its
+    /// REQUEST (re)queued for the new driver instance.
+    pub fn survive_reset(&mut self) -> bool {
+        match self.state {
+            State::AwaitConnect => !self.host_gone,
+            State::LocalInit if !self.host_gone => {
+                self.pending = pend::REQUEST;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Queues an RST for the guest; the connection is dropped once it is sent.
     pub fn reset(&mut self) {
         self.pending = pend::RST;

@@ -83,7 +83,7 @@ pub fn random_case(rng: &mut Rng) -> Vec<u8> {
         let chains = rng.below(QUEUE_SIZE as u64 + 4) as u16;
         for i in 0..QUEUE_SIZE as usize {
             let d = q + 16 * i;
-            let addr = 0x2000 + rng.below(0x6000) & !3;
+            let addr = (0x2000 + rng.below(0x6000)) & !3;
             let addr = if rng.below(16) == 0 { rng.next_u64() } else { addr };
             let len = match rng.below(4) {
                 0 => 44,

@@ -20,6 +20,8 @@ pub mod conn;
 pub mod fuzz;
 pub mod muxer;
 pub mod packet;
+#[cfg(test)]
+mod tests;
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
@@ -79,15 +81,19 @@ pub fn process_tx(q: &mut Queue, mem: &GuestMemoryMmap, mux: &mut Muxer) -> bool
     let mut used = false;
     while let Some(mut chain) = q.pop_descriptor_chain(mem) {
         let head = chain.head_index();
-        match VsockPacket::from_tx_virtq_chain(mem, &mut chain, MAX_PKT_PAYLOAD) {
-            Ok(pkt) => {
-                let h = Header::of(&pkt);
-                match read_payload(&pkt, &h) {
-                    Some(payload) => mux.on_guest_packet(&h, &payload),
-                    None => tracing::debug!("vsock: dropped malformed tx packet {h:?}"),
+        if !well_formed(&chain) {
+            tracing::debug!("vsock: dropped tx chain {head}: loops, is cut or too long");
+        } else {
+            match VsockPacket::from_tx_virtq_chain(mem, &mut chain, MAX_PKT_PAYLOAD) {
+                Ok(pkt) => {
+                    let h = Header::of(&pkt);
+                    match read_payload(&pkt, &h) {
+                        Some(payload) => mux.on_guest_packet(&h, &payload),
+                        None => tracing::debug!("vsock: dropped malformed tx packet {h:?}"),
+                    }
                 }
+                Err(e) => tracing::debug!("vsock: dropped bad tx chain {head}: {e}"),
             }
-            Err(e) => tracing::debug!("vsock: dropped bad tx chain {head}: {e}"),
         }
         if let Err(e) = q.add_used(mem, head, 0) {
             tracing::warn!("vsock: tx used ring update failed: {e}");
@@ -96,6 +102,23 @@ pub fn process_tx(q: &mut Queue, mem: &GuestMemoryMmap, mux: &mut Muxer) -> bool
         used = true;
     }
     used
+}
+
+/// True if the chain ends properly: `virtio_queue` stops walking a chain
+/// that loops (after `queue size` descriptors), points past the table, or
+/// sums to more than 4 GiB, but yields its first descriptors, which could
+/// pass for a packet. Like Linux's vhost (`vhost_get_vq_desc`), such a
+/// chain is refused as a whole.
+fn well_formed<M>(chain: &virtio_queue::DescriptorChain<M>) -> bool
+where
+    M: std::ops::Deref + Clone,
+    M::Target: vm_memory::GuestMemory,
+{
+    let mut last_had_next = false;
+    for d in chain.clone() {
+        last_had_next = d.has_next();
+    }
+    !last_had_next
 }
 
 /// The payload of an RW packet (`None` for a malformed packet: a payload on
@@ -122,7 +145,13 @@ pub fn process_rx(q: &mut Queue, mem: &GuestMemoryMmap, mux: &mut Muxer) -> bool
     while mux.has_rx() {
         let Some(mut chain) = q.pop_descriptor_chain(mem) else { break };
         let head = chain.head_index();
-        let len = match VsockPacket::from_rx_virtq_chain(mem, &mut chain, MAX_PKT_PAYLOAD) {
+        let parsed = if well_formed(&chain) {
+            VsockPacket::from_rx_virtq_chain(mem, &mut chain, MAX_PKT_PAYLOAD)
+                .map_err(|e| e.to_string())
+        } else {
+            Err("it loops, is cut or is too long".to_string())
+        };
+        let len = match parsed {
             Ok(pkt) => {
                 let room = pkt.data_slice().map_or(0, |s| s.len()).min(MAX_PKT_PAYLOAD as usize);
                 let Some((h, data)) = mux.next_rx(room) else {

@@ -101,13 +101,22 @@ impl Muxer {
         self.conns.is_empty()
     }
 
-    /// Drops every connection (device reset).
+    /// The driver reset the device: drops every connection the old driver
+    /// knew about (their host clients see the stream close) and everything
+    /// queued for it. Host clients the guest has not accepted yet survive:
+    /// a reset is noticed at the next event-loop pass, which may come after
+    /// a client connected, and such a client was never the guest's.
     pub fn reset(&mut self) {
-        for t in self.conns.keys().copied().collect::<Vec<_>>() {
-            self.remove(t);
-        }
         self.ready.clear();
         self.loose_rst.clear();
+        for t in self.conns.keys().copied().collect::<Vec<_>>() {
+            let keep = self.conns.get_mut(&t).is_some_and(Conn::survive_reset);
+            if keep {
+                self.sync(t);
+            } else {
+                self.remove(t);
+            }
+        }
     }
 
     /// Accepts pending clients on the listener.
