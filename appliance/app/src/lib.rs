@@ -4,9 +4,11 @@
 //! protocol in the Kore guest (vsock port 1025) and in-process on the host
 //! (`kore-launch --native`, tests).
 //!
-//! - [`ModelEngine`]: `kore_service::Engine` over a loaded [`kore_engine::Model`],
-//!   one sequence [`kore_engine::State`] reused across requests and a
-//!   [`kore_engine::Sampler`] per request.
+//! - [`ModelEngine`]: `kore_service::Engine` over a borrowed [`kore_engine::Model`],
+//!   one sequence [`kore_engine::State`] reused across requests, a
+//!   [`kore_engine::Sampler`] per request, MTP drafting ([`kore_engine::Speculator`])
+//!   when a request asks for it, and `{"op":"bench"}` through [`bench`] (kore-engine's
+//!   benchmark, the same as `kore-launch bench --native`).
 //! - [`TokenizerCodec`]: `kore_service::Codec` over a shared
 //!   [`kore_tokenizer::Tokenizer`] (raw prompts, the Qwen3.5 chat template with
 //!   thinking on/off, stop ids) with [`OwnedDecoder`], a streaming decoder that
@@ -18,6 +20,7 @@
 #![warn(missing_docs)]
 extern crate alloc;
 
+pub mod bench;
 pub mod codec;
 pub mod engine;
 

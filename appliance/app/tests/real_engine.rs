@@ -25,7 +25,7 @@ fn tokenizer() -> Arc<Tokenizer> {
     Arc::new(Tokenizer::from_file(tiny_dir().join("tokenizer.json")).expect("tiny tokenizer"))
 }
 
-fn service<'m>(model: Model<'m>, stops: Option<Vec<u32>>, limit: Option<u32>) -> Svc<'m> {
+fn service<'m>(model: &'m Model<'m>, stops: Option<Vec<u32>>, limit: Option<u32>) -> Svc<'m> {
     let tok = tokenizer();
     let stops = stops.unwrap_or_else(|| {
         default_stop_ids(&tok, &model.config.eos_token_ids, model.config.vocab_size)
@@ -86,7 +86,8 @@ fn reference(
 #[test]
 fn greedy_tokens_equal_engine_generate() {
     let hf = HfModelDir::open(&tiny_dir()).expect("tiny-hf");
-    let mut svc = service(hf.model().expect("model"), None, None);
+    let model = hf.model().expect("model");
+    let mut svc = service(&model, None, None);
     let tok = tokenizer();
     let text = "ROMEO:\nBut soft, what light";
     let prompt = tok.encode(text);
@@ -124,7 +125,8 @@ fn greedy_tokens_equal_engine_generate() {
 #[test]
 fn sampled_tokens_follow_seed_and_parameters() {
     let hf = HfModelDir::open(&tiny_dir()).expect("tiny-hf");
-    let mut svc = service(hf.model().expect("model"), Some(vec![]), None);
+    let model = hf.model().expect("model");
+    let mut svc = service(&model, Some(vec![]), None);
     let prompt: Vec<u32> = tokenizer().encode("JULIET:\n");
     let s = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.0, seed: 7 };
     let (want, _) = reference(svc.engine().model(), &prompt, 30, &[], s);
@@ -147,7 +149,7 @@ fn stop_token_ends_with_stop_and_is_included() {
     // The first token (after the first one) that did not occur before it.
     let cut = (1..free.len()).find(|&i| !free[..i].contains(&free[i])).expect("a fresh token");
     let stop = free[cut];
-    let mut svc = service(model, Some(vec![stop]), None);
+    let mut svc = service(&model, Some(vec![stop]), None);
     let d = done(
         &exchange(&mut svc, &[json!({"id": 5, "prompt_ids": prompt, "max_tokens": 16})]),
         &json!(5),
@@ -169,7 +171,7 @@ fn context_limit_is_enforced() {
     let model = hf.model().expect("model");
     let prompt: Vec<u32> = (100..110).collect();
     let (want, _) = reference(&model, &prompt, 6, &[], SamplingParams::greedy());
-    let mut svc = service(model, Some(vec![]), Some(16));
+    let mut svc = service(&model, Some(vec![]), Some(16));
     let long: Vec<u32> = (100..116).collect();
     let events = exchange(
         &mut svc,
@@ -197,7 +199,7 @@ fn cancelled_request_leaves_a_clean_state() {
     let model = hf.model().expect("model");
     let prompt = tokenizer().encode("First Citizen:\n");
     let (want, _) = reference(&model, &prompt, 12, &[], SamplingParams::greedy());
-    let mut svc = service(model, Some(vec![]), None);
+    let mut svc = service(&model, Some(vec![]), None);
     // Start a request, run a few steps, then the client disconnects.
     let conn = svc.open();
     svc.on_bytes(
@@ -247,7 +249,7 @@ fn chat_renders_the_template_with_thinking_on_and_off() {
             reference(&model, &prompt, 20, &stops, SamplingParams::greedy()).0,
         ));
     }
-    let mut svc = service(model, None, None);
+    let mut svc = service(&model, None, None);
     let messages = json!([{"role": "user", "content": "Speak, Horatio."}]);
     let events = exchange(
         &mut svc,
@@ -293,4 +295,132 @@ fn owned_decoder_streams_whole_characters() {
         assert_eq!(d.push(snowman[0]), "");
         assert_eq!(d.flush(), tok.decode(&snowman[..1]));
     }
+}
+
+#[test]
+fn mtp_greedy_tokens_equal_plain_decoding_in_fewer_steps() {
+    let hf = HfModelDir::open(&tiny_dir()).expect("tiny-hf");
+    let model = hf.model().expect("model");
+    assert!(model.has_mtp(), "tiny-hf has an MTP head");
+    let prompt = tokenizer().encode("ROMEO:\nBut soft, what light through yonder window");
+    let (want, _) = reference(&model, &prompt, 48, &[], SamplingParams::greedy());
+    let mut svc = service(&model, Some(vec![]), None);
+    let mut reqs = Vec::new();
+    for n in [0, 1, 3, 7] {
+        reqs.push(json!({"id": n, "prompt_ids": prompt, "max_tokens": 48, "mtp": n}));
+    }
+    let events = exchange(&mut svc, &reqs);
+    for n in [0, 1, 3, 7] {
+        let d = done(&events, &json!(n));
+        assert_eq!(ids(&d), want, "mtp {n}");
+        assert_eq!(d["finish"], "length", "mtp {n}");
+        let tps = d["stats"]["tokens_per_step"].as_f64().unwrap();
+        if n == 0 {
+            assert_eq!(tps, 1.0, "{d}");
+        } else {
+            // A trained head's drafts are accepted often (FACTS.md: 0.6-0.9 per position).
+            assert!(tps > 1.0, "mtp {n}: {d}");
+        }
+    }
+}
+
+#[test]
+fn mtp_ends_at_max_tokens_and_stop_tokens_exactly() {
+    let hf = HfModelDir::open(&tiny_dir()).expect("tiny-hf");
+    let model = hf.model().expect("model");
+    let prompt = tokenizer().encode("KING HENRY:\nOnce more unto the breach");
+    let (free, _) = reference(&model, &prompt, 24, &[], SamplingParams::greedy());
+    let cut = (1..free.len()).find(|&i| !free[..i].contains(&free[i])).expect("a fresh token");
+    let mut svc = service(&model, Some(vec![free[cut]]), None);
+    let mut reqs = Vec::new();
+    for max in 1..=6 {
+        reqs.push(json!({"id": max, "prompt_ids": prompt, "max_tokens": max, "mtp": 3}));
+    }
+    reqs.push(json!({"id": "stop", "prompt_ids": prompt, "max_tokens": 24, "mtp": 3}));
+    let events = exchange(&mut svc, &reqs);
+    for max in 1..=6usize {
+        let d = done(&events, &json!(max));
+        let n = max.min(cut + 1);
+        assert_eq!(ids(&d), free[..n].to_vec(), "max_tokens {max}");
+    }
+    let d = done(&events, &json!("stop"));
+    assert_eq!(d["finish"], "stop");
+    assert_eq!(ids(&d), free[..=cut].to_vec());
+}
+
+#[test]
+fn mtp_sampling_follows_the_seed() {
+    let hf = HfModelDir::open(&tiny_dir()).expect("tiny-hf");
+    let model = hf.model().expect("model");
+    let mut svc = service(&model, Some(vec![]), None);
+    let prompt: Vec<u32> = tokenizer().encode("JULIET:\n");
+    let req = |id: u32, seed: u64| {
+        json!({"id": id, "prompt_ids": prompt, "max_tokens": 30, "temperature": 0.8,
+               "top_k": 40, "seed": seed, "mtp": 2})
+    };
+    let events = exchange(&mut svc, &[req(1, 7), req(2, 7), req(3, 8)]);
+    let (a, b, c) = (
+        ids(&done(&events, &json!(1))),
+        ids(&done(&events, &json!(2))),
+        ids(&done(&events, &json!(3))),
+    );
+    assert_eq!(a.len(), 30);
+    assert_eq!(a, b, "same seed, same tokens");
+    assert_ne!(a, c, "another seed should sample differently over 30 tokens");
+}
+
+#[test]
+fn mtp_out_of_range_is_a_bad_request_and_the_service_goes_on() {
+    let hf = HfModelDir::open(&tiny_dir()).expect("tiny-hf");
+    let model = hf.model().expect("model");
+    let mut svc = service(&model, Some(vec![]), None);
+    let events = exchange(
+        &mut svc,
+        &[
+            json!({"id": "big", "prompt_ids": [100, 101], "max_tokens": 4, "mtp": 8}),
+            json!({"id": "ok", "prompt_ids": [100, 101], "max_tokens": 4, "mtp": 2}),
+        ],
+    );
+    let err = events.iter().find(|e| e["id"] == json!("big")).expect("an answer to big");
+    assert_eq!(err["error"]["code"], "bad_request", "{err}");
+    assert!(err["error"]["message"].as_str().unwrap().contains("at most 7"), "{err}");
+    assert_eq!(ids(&done(&events, &json!("ok"))).len(), 4);
+}
+
+#[test]
+fn bench_op_reports_kore_engine_bench_figures() {
+    let hf = HfModelDir::open(&tiny_dir()).expect("tiny-hf");
+    let model = hf.model().expect("model");
+    let tok = tokenizer();
+    let stops = default_stop_ids(&tok, &model.config.eos_token_ids, 4096);
+    let engine = ModelEngine::new(&model, "tiny", stops.clone()).with_bench_buffer(64 << 20);
+    let mut svc =
+        Service::new(engine, TokenizerCodec::new(tok, stops), StdClock::new(), Config::default());
+    let events = exchange(
+        &mut svc,
+        &[
+            json!({"op": "bench", "id": 1, "prompt_tokens": 16, "decode_tokens": 8}),
+            json!({"op": "bench", "id": 2, "threads": 3}),
+            json!({"op": "bench", "id": 3, "prompt_tokens": 4000, "decode_tokens": 200}),
+        ],
+    );
+    let b = &events.iter().find(|e| e["id"] == json!(1)).expect("bench 1")["bench"];
+    for k in [
+        "measured_read_gbps",
+        "prefill_tok_per_s",
+        "decode_tok_per_s",
+        "step_ms",
+        "weight_bytes_per_step",
+        "achieved_gbps",
+        "bandwidth_fraction",
+    ] {
+        assert!(b[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {b}");
+    }
+    assert_eq!(b["weight_bytes_per_step"].as_f64().unwrap(), model.weight_bytes_per_token() as f64);
+    assert_eq!(b["tokens_per_step"], 1.0);
+    assert_eq!(b["threads"], 1, "the model runs on the serial pool");
+    let e2 = events.iter().find(|e| e["id"] == json!(2)).expect("bench 2");
+    assert_eq!(e2["error"]["code"], "bad_request", "{e2}");
+    let e3 = events.iter().find(|e| e["id"] == json!(3)).expect("bench 3");
+    assert_eq!(e3["error"]["code"], "bad_request", "{e3}");
 }

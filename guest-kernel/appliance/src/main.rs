@@ -116,12 +116,12 @@ fn main() -> u32 {
     if let Some(n) = cmd.selftest {
         return selftest::run(&model, &tokenizer, n, cmd.prompt_ids.as_deref());
     }
-    serve_vsock(model, tokenizer, &pack, cmd.port.unwrap_or(SERVICE_PORT))
+    serve_vsock(&model, tokenizer, &pack, cmd.port.unwrap_or(SERVICE_PORT))
 }
 
 /// Serves kore-service on vsock `port` until the device fails.
-fn serve_vsock(
-    model: kore_engine::Model<'_>,
+fn serve_vsock<'m>(
+    model: &'m kore_engine::Model<'m>,
     tokenizer: Tokenizer,
     pack: &Pack<'_>,
     port: u32,
@@ -133,7 +133,9 @@ fn serve_vsock(
         &model.config.eos_token_ids,
         model.config.vocab_size,
     );
-    let engine = kore_appliance::ModelEngine::new(model, pack.manifest.name.clone(), stops.clone());
+    // `{"op":"bench"}` measures with the TSC clock, like `bench=N`.
+    let engine = kore_appliance::ModelEngine::new(model, pack.manifest.name.clone(), stops.clone())
+        .with_clock(clock::now_ns);
     let codec = kore_appliance::TokenizerCodec::new(tokenizer, stops);
     let mut svc =
         kore_service::Service::new(engine, codec, serve::TscClock, kore_service::Config::default());

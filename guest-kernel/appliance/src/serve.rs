@@ -152,7 +152,12 @@ fn close_all<E: Engine, C: Codec>(
     let mut closed = false;
     for v in gone {
         if let Some(c) = conns.remove(&v) {
+            let (queued, busy) = (svc.queued(), svc.busy());
             svc.on_closed(c.svc);
+            let cancelled = queued - svc.queued() + usize::from(busy && !svc.busy());
+            if cancelled > 0 {
+                println!("kore-appliance: connection closed: cancelled {cancelled} request(s)");
+            }
             dev.sockets.close(v);
             closed = true;
         }

@@ -1,6 +1,8 @@
 //! Shared by the appliance boot tests: the tiny pack and the host engine as reference.
 #![allow(dead_code)]
 
+pub mod client;
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
