@@ -1,0 +1,160 @@
+//! Guest vs native, measured in one run: kore-engine's benchmark (`kore_engine::bench`, what
+//! `kore-launch bench --native` runs) in-process on the host with a pool of N threads,
+//! alternated with the same benchmark in the Kore appliance with N vCPUs through
+//! `{"op":"bench"}` over vsock, for several rounds. Also boot-to-ready (VMM start to the
+//! appliance's ready marker, pack preloaded) and the VMM's preload rate.
+//!
+//! A measurement, not a check: `#[ignore]`d, run it with
+//! `cargo test --release -p kore-boot-test --test guest_vs_native -- --ignored --nocapture`.
+//! Environment: `KORE_BENCH_PACK` (default the tiny pack), `KORE_BENCH_THREADS` (default: the
+//! host's cores), `KORE_BENCH_ROUNDS` (3), `KORE_BENCH_PROMPT` (128), `KORE_BENCH_DECODE` (128).
+//! Prints one JSON line per measurement and a summary line `guest/native ...`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kore_boot_test::{appliance_images, config};
+use kore_engine::bench::{self, BenchOptions};
+use kore_engine::pool::ThreadPool;
+use kore_vmm::Vm;
+use serde_json::{json, Value};
+
+use common::client::Client;
+use common::{pack_files, tiny_pack, READY_MARKER};
+
+/// Bytes of the read-bandwidth buffer on both sides (as `kore-launch bench --native`).
+const BANDWIDTH_BYTES: usize = 1 << 30;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn native(pack_dir: &Path, threads: usize, opts: &BenchOptions) -> Value {
+    let pool = ThreadPool::new(threads);
+    let start = Instant::now();
+    let clock = move || start.elapsed().as_nanos() as u64;
+    let mut buf = vec![0u64; BANDWIDTH_BYTES / 8];
+    let gbps = bench::read_bandwidth(&pool, &mut buf, &clock, opts.bandwidth_passes);
+    drop(buf);
+    let pack = kore_pack::Pack::open(pack_dir).unwrap();
+    let mut model = pack.model().unwrap();
+    model.set_pool(&pool);
+    let r = bench::run(&model, gbps, &clock, opts, &mut |_| {}).unwrap();
+    json!({"side": "native", "measured_read_gbps": r.measured_read_gbps,
+           "prefill_tok_per_s": r.prefill_tok_per_s, "decode_tok_per_s": r.decode_tok_per_s,
+           "step_ms": r.step_ms, "bandwidth_fraction": r.bandwidth_fraction,
+           "threads": r.threads, "kernels": r.kernels})
+}
+
+/// Guest memory: the pack, the bandwidth buffer, and 512 MiB for the image, heap and state.
+fn guest_memory_mib(pack_dir: &Path) -> u64 {
+    let pack: u64 = pack_files(pack_dir).iter().map(|f| std::fs::metadata(f).unwrap().len()).sum();
+    let mib = (pack >> 20) + (BANDWIDTH_BYTES >> 20) as u64 + 512;
+    mib.next_multiple_of(2)
+}
+
+/// Makes sure `mib` of 2 MiB hugepages are free (root: raises the pool via sysfs).
+fn reserve_hugepages(mib: u64) {
+    let dir = Path::new("/sys/kernel/mm/hugepages/hugepages-2048kB");
+    let read =
+        |f: &str| -> u64 { std::fs::read_to_string(dir.join(f)).unwrap().trim().parse().unwrap() };
+    let need = mib / 2;
+    let (nr, free) = (read("nr_hugepages"), read("free_hugepages"));
+    if free < need {
+        let _ = std::fs::write(dir.join("nr_hugepages"), (nr + need - free).to_string());
+    }
+    assert!(read("free_hugepages") >= need, "need {need} free 2 MiB hugepages");
+}
+
+fn guest(pack_dir: &Path, vcpus: u32, opts: &BenchOptions, round: usize) -> Value {
+    let img = appliance_images().unwrap();
+    let dir = std::env::temp_dir().join(format!("kore-gvn-{}-{round}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let uds = dir.join("vsock.sock");
+    let mib = guest_memory_mib(pack_dir);
+    reserve_hugepages(mib);
+    let mut cfg = config(&img, vcpus, "").memory_mib(mib).vsock_uds(&uds);
+    for f in pack_files(pack_dir) {
+        cfg = cfg.preload(f);
+    }
+    // Preload rate from the VMM's progress callbacks: bytes after the first chunk over the
+    // time from the first callback to the last.
+    let mut seen: Vec<(Instant, u64, u64)> = Vec::new();
+    let vm = Vm::start(cfg, &mut |p| seen.push((Instant::now(), p.done, p.total))).unwrap();
+    let (first, last) = (seen.first().unwrap(), seen.last().unwrap());
+    assert_eq!(last.1, last.2, "preload finished");
+    let preload_gbps =
+        (last.1 - first.1) as f64 / last.0.duration_since(first.0).as_secs_f64().max(1e-9) / 1e9;
+    let mut c = Client::connect(&uds, Instant::now() + Duration::from_secs(300));
+    let ready = vm.markers().into_iter().find(|(v, _)| *v == READY_MARKER).map(|(_, t)| t);
+    let req = json!({"op": "bench", "id": 1, "prompt_tokens": opts.prompt_tokens,
+                     "decode_tokens": opts.decode_tokens, "threads": vcpus});
+    c.send(&req.to_string());
+    let ev = c.event();
+    let console = vm.console_lines().join("\n");
+    vm.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    let b = ev.get("bench").unwrap_or_else(|| panic!("guest bench failed: {ev}\n{console}"));
+    json!({"side": "guest", "measured_read_gbps": b["measured_read_gbps"],
+           "prefill_tok_per_s": b["prefill_tok_per_s"], "decode_tok_per_s": b["decode_tok_per_s"],
+           "step_ms": b["step_ms"], "bandwidth_fraction": b["bandwidth_fraction"],
+           "threads": b["threads"], "boot_to_ready_ms": ready.map(|d| d.as_secs_f64() * 1e3),
+           "preload_bytes": last.2, "preload_gbps": preload_gbps, "memory_mib": mib})
+}
+
+/// The host's 1-minute load average (other work on the machine skews both sides).
+fn load() -> f64 {
+    let s = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+#[ignore = "a measurement (minutes); run with --ignored --nocapture"]
+fn guest_vs_native_decode_speed() {
+    let pack_dir: PathBuf = std::env::var_os("KORE_BENCH_PACK")
+        .map_or_else(|| tiny_pack().to_path_buf(), PathBuf::from);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = env_usize("KORE_BENCH_THREADS", cores);
+    let rounds = env_usize("KORE_BENCH_ROUNDS", 3);
+    let opts = BenchOptions {
+        prompt_tokens: env_usize("KORE_BENCH_PROMPT", 128),
+        decode_tokens: env_usize("KORE_BENCH_DECODE", 128),
+        ..BenchOptions::default()
+    };
+    eprintln!("pack {}, {threads} threads/vCPUs, {rounds} rounds, {opts:?}", pack_dir.display());
+    let mut ratios = Vec::new();
+    let mut prefill_ratios = Vec::new();
+    let mut boots = Vec::new();
+    let mut preloads = Vec::new();
+    for round in 0..rounds {
+        // Alternate which side goes first, so drift over the run does not favour one.
+        let (g, n) = if round % 2 == 0 {
+            let g = guest(&pack_dir, threads as u32, &opts, round);
+            (g, native(&pack_dir, threads, &opts))
+        } else {
+            let n = native(&pack_dir, threads, &opts);
+            (guest(&pack_dir, threads as u32, &opts, round), n)
+        };
+        println!("{g}");
+        println!("{n}");
+        eprintln!("round {round}: load average {:.1}", load());
+        let f = |v: &Value, k: &str| v[k].as_f64().unwrap();
+        ratios.push(f(&g, "decode_tok_per_s") / f(&n, "decode_tok_per_s"));
+        prefill_ratios.push(f(&g, "prefill_tok_per_s") / f(&n, "prefill_tok_per_s"));
+        boots.push(f(&g, "boot_to_ready_ms"));
+        preloads.push(f(&g, "preload_gbps"));
+    }
+    println!(
+        "guest/native decode ratio per round {ratios:.3?} median {:.3}; prefill ratio median {:.3}; \
+         boot-to-ready ms {boots:.0?}; preload GB/s {preloads:.2?}",
+        median(ratios.clone()),
+        median(prefill_ratios.clone())
+    );
+}
