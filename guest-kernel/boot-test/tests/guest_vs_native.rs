@@ -48,24 +48,29 @@ fn native(pack_dir: &Path, threads: usize, opts: &BenchOptions) -> Value {
            "threads": r.threads, "kernels": r.kernels})
 }
 
-/// Guest memory: the pack, the bandwidth buffer, and 512 MiB for the image, heap and state.
-fn guest_memory_mib(pack_dir: &Path) -> u64 {
+/// Guest RAM besides the preloaded pack (the VMM maps the pack in its own region): the
+/// bandwidth buffer and 512 MiB for the image, heap and state. Returns (RAM MiB, pack MiB).
+fn guest_memory_mib(pack_dir: &Path) -> (u64, u64) {
     let pack: u64 = pack_files(pack_dir).iter().map(|f| std::fs::metadata(f).unwrap().len()).sum();
-    let mib = (pack >> 20) + (BANDWIDTH_BYTES >> 20) as u64 + 512;
-    mib.next_multiple_of(2)
+    let ram = ((BANDWIDTH_BYTES >> 20) as u64 + 512).next_multiple_of(2);
+    (ram, (pack >> 20) + 16)
 }
 
-/// Makes sure `mib` of 2 MiB hugepages are free (root: raises the pool via sysfs).
+/// Makes sure `mib` of 2 MiB hugepages are free and unreserved (root: raises the pool via
+/// sysfs, with a margin for other VMs on the machine).
 fn reserve_hugepages(mib: u64) {
     let dir = Path::new("/sys/kernel/mm/hugepages/hugepages-2048kB");
     let read =
         |f: &str| -> u64 { std::fs::read_to_string(dir.join(f)).unwrap().trim().parse().unwrap() };
-    let need = mib / 2;
-    let (nr, free) = (read("nr_hugepages"), read("free_hugepages"));
-    if free < need {
-        let _ = std::fs::write(dir.join("nr_hugepages"), (nr + need - free).to_string());
+    let need = mib / 2 + 64;
+    let avail = || read("free_hugepages").saturating_sub(read("resv_hugepages"));
+    if avail() < need {
+        let _ = std::fs::write(
+            dir.join("nr_hugepages"),
+            (read("nr_hugepages") + need - avail()).to_string(),
+        );
     }
-    assert!(read("free_hugepages") >= need, "need {need} free 2 MiB hugepages");
+    assert!(avail() >= need, "need {need} free 2 MiB hugepages");
 }
 
 fn guest(pack_dir: &Path, vcpus: u32, opts: &BenchOptions, round: usize) -> Value {
@@ -73,8 +78,8 @@ fn guest(pack_dir: &Path, vcpus: u32, opts: &BenchOptions, round: usize) -> Valu
     let dir = std::env::temp_dir().join(format!("kore-gvn-{}-{round}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let uds = dir.join("vsock.sock");
-    let mib = guest_memory_mib(pack_dir);
-    reserve_hugepages(mib);
+    let (mib, pack_mib) = guest_memory_mib(pack_dir);
+    reserve_hugepages(mib + pack_mib);
     let mut cfg = config(&img, vcpus, "").memory_mib(mib).vsock_uds(&uds);
     for f in pack_files(pack_dir) {
         cfg = cfg.preload(f);
