@@ -1,13 +1,16 @@
 //! Guest vs native, measured in one run: kore-engine's benchmark (`kore_engine::bench`, what
 //! `kore-launch bench --native` runs) in-process on the host with a pool of N threads,
 //! alternated with the same benchmark in the Kore appliance with N vCPUs through
-//! `{"op":"bench"}` over vsock, for several rounds. Also boot-to-ready (VMM start to the
-//! appliance's ready marker, pack preloaded) and the VMM's preload rate.
+//! `{"op":"bench"}` over vsock: one VM boot and one native model load, then rounds of one
+//! guest and one native run back to back (order swapped every round), the ratio taken per
+//! round and its median reported, so load changes on the machine between rounds cancel out.
+//! Also boot-to-ready (VMM start to the appliance's ready marker, pack preloaded) and the
+//! VMM's preload rate.
 //!
 //! A measurement, not a check: `#[ignore]`d, run it with
 //! `cargo test --release -p kore-boot-test --test guest_vs_native -- --ignored --nocapture`.
 //! Environment: `KORE_BENCH_PACK` (default the tiny pack), `KORE_BENCH_THREADS` (default: the
-//! host's cores), `KORE_BENCH_ROUNDS` (3), `KORE_BENCH_PROMPT` (128), `KORE_BENCH_DECODE` (128).
+//! host's cores), `KORE_BENCH_ROUNDS` (7), `KORE_BENCH_PROMPT` (128), `KORE_BENCH_DECODE` (128).
 //! Prints one JSON line per measurement and a summary line `guest/native ...`.
 
 mod common;
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 use kore_boot_test::{appliance_images, config};
 use kore_engine::bench::{self, BenchOptions};
 use kore_engine::pool::ThreadPool;
-use kore_vmm::Vm;
+use kore_vmm::{RunningVm, Vm};
 use serde_json::{json, Value};
 
 use common::client::Client;
@@ -31,17 +34,12 @@ fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-fn native(pack_dir: &Path, threads: usize, opts: &BenchOptions) -> Value {
-    let pool = ThreadPool::new(threads);
+/// One native measurement on a loaded model: read bandwidth, prefill, decode.
+fn native(model: &kore_engine::Model<'_>, buf: &mut [u64], opts: &BenchOptions) -> Value {
     let start = Instant::now();
     let clock = move || start.elapsed().as_nanos() as u64;
-    let mut buf = vec![0u64; BANDWIDTH_BYTES / 8];
-    let gbps = bench::read_bandwidth(&pool, &mut buf, &clock, opts.bandwidth_passes);
-    drop(buf);
-    let pack = kore_pack::Pack::open(pack_dir).unwrap();
-    let mut model = pack.model().unwrap();
-    model.set_pool(&pool);
-    let r = bench::run(&model, gbps, &clock, opts, &mut |_| {}).unwrap();
+    let gbps = bench::read_bandwidth(model.pool(), buf, &clock, opts.bandwidth_passes);
+    let r = bench::run(model, gbps, &clock, opts, &mut |_| {}).unwrap();
     json!({"side": "native", "measured_read_gbps": r.measured_read_gbps,
            "prefill_tok_per_s": r.prefill_tok_per_s, "decode_tok_per_s": r.decode_tok_per_s,
            "step_ms": r.step_ms, "bandwidth_fraction": r.bandwidth_fraction,
@@ -73,40 +71,66 @@ fn reserve_hugepages(mib: u64) {
     assert!(avail() >= need, "need {need} free 2 MiB hugepages");
 }
 
-fn guest(pack_dir: &Path, vcpus: u32, opts: &BenchOptions, round: usize) -> Value {
-    let img = appliance_images().unwrap();
-    let dir = std::env::temp_dir().join(format!("kore-gvn-{}-{round}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let uds = dir.join("vsock.sock");
-    let (mib, pack_mib) = guest_memory_mib(pack_dir);
-    reserve_hugepages(mib + pack_mib);
-    let mut cfg = config(&img, vcpus, "").memory_mib(mib).vsock_uds(&uds);
-    for f in pack_files(pack_dir) {
-        cfg = cfg.preload(f);
+/// The booted appliance and what its boot measured.
+struct Guest {
+    vm: Option<RunningVm>,
+    client: Client,
+    dir: PathBuf,
+    vcpus: u32,
+    boot: Value,
+}
+
+impl Guest {
+    fn boot(pack_dir: &Path, vcpus: u32) -> Guest {
+        let img = appliance_images().unwrap();
+        let dir = std::env::temp_dir().join(format!("kore-gvn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let uds = dir.join("vsock.sock");
+        let (mib, pack_mib) = guest_memory_mib(pack_dir);
+        reserve_hugepages(mib + pack_mib);
+        let mut cfg = config(&img, vcpus, "").memory_mib(mib).vsock_uds(&uds);
+        for f in pack_files(pack_dir) {
+            cfg = cfg.preload(f);
+        }
+        // Preload rate from the VMM's progress callbacks: bytes after the first chunk over
+        // the time from the first callback to the last.
+        let mut seen: Vec<(Instant, u64, u64)> = Vec::new();
+        let vm = Vm::start(cfg, &mut |p| seen.push((Instant::now(), p.done, p.total))).unwrap();
+        let (first, last) = (seen.first().unwrap(), seen.last().unwrap());
+        assert_eq!(last.1, last.2, "preload finished");
+        let secs = last.0.duration_since(first.0).as_secs_f64().max(1e-9);
+        let preload_gbps = (last.1 - first.1) as f64 / secs / 1e9;
+        let client = Client::connect(&uds, Instant::now() + Duration::from_secs(300));
+        let ready = vm.markers().into_iter().find(|(v, _)| *v == READY_MARKER).map(|(_, t)| t);
+        let boot = json!({"boot_to_ready_ms": ready.map(|d| d.as_secs_f64() * 1e3),
+                          "preload_bytes": last.2, "preload_gbps": preload_gbps,
+                          "memory_mib": mib, "vcpus": vcpus});
+        Guest { vm: Some(vm), client, dir, vcpus, boot }
     }
-    // Preload rate from the VMM's progress callbacks: bytes after the first chunk over the
-    // time from the first callback to the last.
-    let mut seen: Vec<(Instant, u64, u64)> = Vec::new();
-    let vm = Vm::start(cfg, &mut |p| seen.push((Instant::now(), p.done, p.total))).unwrap();
-    let (first, last) = (seen.first().unwrap(), seen.last().unwrap());
-    assert_eq!(last.1, last.2, "preload finished");
-    let preload_gbps =
-        (last.1 - first.1) as f64 / last.0.duration_since(first.0).as_secs_f64().max(1e-9) / 1e9;
-    let mut c = Client::connect(&uds, Instant::now() + Duration::from_secs(300));
-    let ready = vm.markers().into_iter().find(|(v, _)| *v == READY_MARKER).map(|(_, t)| t);
-    let req = json!({"op": "bench", "id": 1, "prompt_tokens": opts.prompt_tokens,
-                     "decode_tokens": opts.decode_tokens, "threads": vcpus});
-    c.send(&req.to_string());
-    let ev = c.event();
-    let console = vm.console_lines().join("\n");
-    vm.stop();
-    let _ = std::fs::remove_dir_all(&dir);
-    let b = ev.get("bench").unwrap_or_else(|| panic!("guest bench failed: {ev}\n{console}"));
-    json!({"side": "guest", "measured_read_gbps": b["measured_read_gbps"],
-           "prefill_tok_per_s": b["prefill_tok_per_s"], "decode_tok_per_s": b["decode_tok_per_s"],
-           "step_ms": b["step_ms"], "bandwidth_fraction": b["bandwidth_fraction"],
-           "threads": b["threads"], "boot_to_ready_ms": ready.map(|d| d.as_secs_f64() * 1e3),
-           "preload_bytes": last.2, "preload_gbps": preload_gbps, "memory_mib": mib})
+
+    /// One guest measurement through `{"op":"bench"}`.
+    fn bench(&mut self, opts: &BenchOptions) -> Value {
+        let req = json!({"op": "bench", "id": 1, "prompt_tokens": opts.prompt_tokens,
+                         "decode_tokens": opts.decode_tokens, "threads": self.vcpus});
+        self.client.send(&req.to_string());
+        let ev = self.client.event();
+        let console = || self.vm.as_ref().unwrap().console_lines().join("\n");
+        let b =
+            ev.get("bench").unwrap_or_else(|| panic!("guest bench failed: {ev}\n{}", console()));
+        json!({"side": "guest", "measured_read_gbps": b["measured_read_gbps"],
+               "prefill_tok_per_s": b["prefill_tok_per_s"], "decode_tok_per_s": b["decode_tok_per_s"],
+               "step_ms": b["step_ms"], "bandwidth_fraction": b["bandwidth_fraction"],
+               "threads": b["threads"]})
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        if let Some(vm) = self.vm.take() {
+            vm.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// The host's 1-minute load average (other work on the machine skews both sides).
@@ -127,39 +151,42 @@ fn guest_vs_native_decode_speed() {
         .map_or_else(|| tiny_pack().to_path_buf(), PathBuf::from);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = env_usize("KORE_BENCH_THREADS", cores);
-    let rounds = env_usize("KORE_BENCH_ROUNDS", 3);
+    let rounds = env_usize("KORE_BENCH_ROUNDS", 7);
     let opts = BenchOptions {
         prompt_tokens: env_usize("KORE_BENCH_PROMPT", 128),
         decode_tokens: env_usize("KORE_BENCH_DECODE", 128),
         ..BenchOptions::default()
     };
     eprintln!("pack {}, {threads} threads/vCPUs, {rounds} rounds, {opts:?}", pack_dir.display());
-    let mut ratios = Vec::new();
-    let mut prefill_ratios = Vec::new();
-    let mut boots = Vec::new();
-    let mut preloads = Vec::new();
+    let mut guest = Guest::boot(&pack_dir, threads as u32);
+    println!("{}", guest.boot);
+    let pool = ThreadPool::new(threads);
+    let pack = kore_pack::Pack::open(&pack_dir).unwrap();
+    let mut model = pack.model().unwrap();
+    model.set_pool(&pool);
+    let mut buf = vec![0u64; BANDWIDTH_BYTES / 8];
+    let (mut decode, mut prefill, mut loads) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
-        // Alternate which side goes first, so drift over the run does not favour one.
+        // Swap the order every round, so drift within a round favours neither side.
         let (g, n) = if round % 2 == 0 {
-            let g = guest(&pack_dir, threads as u32, &opts, round);
-            (g, native(&pack_dir, threads, &opts))
+            let g = guest.bench(&opts);
+            (g, native(&model, &mut buf, &opts))
         } else {
-            let n = native(&pack_dir, threads, &opts);
-            (guest(&pack_dir, threads as u32, &opts, round), n)
+            let n = native(&model, &mut buf, &opts);
+            (guest.bench(&opts), n)
         };
         println!("{g}");
         println!("{n}");
-        eprintln!("round {round}: load average {:.1}", load());
         let f = |v: &Value, k: &str| v[k].as_f64().unwrap();
-        ratios.push(f(&g, "decode_tok_per_s") / f(&n, "decode_tok_per_s"));
-        prefill_ratios.push(f(&g, "prefill_tok_per_s") / f(&n, "prefill_tok_per_s"));
-        boots.push(f(&g, "boot_to_ready_ms"));
-        preloads.push(f(&g, "preload_gbps"));
+        decode.push(f(&g, "decode_tok_per_s") / f(&n, "decode_tok_per_s"));
+        prefill.push(f(&g, "prefill_tok_per_s") / f(&n, "prefill_tok_per_s"));
+        loads.push(load());
     }
     println!(
-        "guest/native decode ratio per round {ratios:.3?} median {:.3}; prefill ratio median {:.3}; \
-         boot-to-ready ms {boots:.0?}; preload GB/s {preloads:.2?}",
-        median(ratios.clone()),
-        median(prefill_ratios.clone())
+        "guest/native decode ratio per round {decode:.3?} median {:.3}; prefill ratio median \
+         {:.3}; load average per round {loads:.1?}; boot {}",
+        median(decode.clone()),
+        median(prefill.clone()),
+        guest.boot
     );
 }
