@@ -46,6 +46,31 @@ fn native(model: &kore_engine::Model<'_>, buf: &mut [u64], opts: &BenchOptions) 
            "threads": r.threads, "kernels": r.kernels})
 }
 
+/// The weights file copied into anonymous 2 MiB hugepages (from the reserved pool, as the
+/// VMM backs guest RAM), leaked for the test's lifetime.
+fn hugepage_copy(path: &Path) -> &'static [u8] {
+    let data = std::fs::read(path).unwrap();
+    let len = data.len().next_multiple_of(2 << 20);
+    reserve_hugepages((len >> 20) as u64);
+    // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "hugepage mapping of {len} bytes");
+    // SAFETY: `p` is a live, writable mapping of `len >= data.len()` bytes that nothing else
+    // references; it is never unmapped, so the slice may live for 'static.
+    let buf = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), data.len()) };
+    buf.copy_from_slice(&data);
+    buf
+}
+
 /// Guest RAM besides the preloaded pack (the VMM maps the pack in its own region): the
 /// bandwidth buffer and 512 MiB for the image, heap and state. Returns (RAM MiB, pack MiB).
 fn guest_memory_mib(pack_dir: &Path) -> (u64, u64) {
@@ -141,7 +166,12 @@ fn load() -> f64 {
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let m = v.len() / 2;
+    if v.len() % 2 == 0 {
+        (v[m - 1] + v[m]) / 2.0
+    } else {
+        v[m]
+    }
 }
 
 #[test]
@@ -164,8 +194,35 @@ fn guest_vs_native_decode_speed() {
     let pack = kore_pack::Pack::open(&pack_dir).unwrap();
     let mut model = pack.model().unwrap();
     model.set_pool(&pool);
+    // Optionally the same pack over hugepage-backed weights (kore-guest-pack, as the guest).
+    let hugepages = std::env::var_os("KORE_BENCH_NATIVE_HUGEPAGES").is_some();
+    let files: Vec<(PathBuf, &'static [u8])> = pack_files(&pack_dir)
+        .into_iter()
+        .filter(|_| hugepages)
+        .map(|f| {
+            let bytes: &'static [u8] = if f.ends_with("weights.safetensors") {
+                hugepage_copy(&f)
+            } else {
+                Vec::leak(std::fs::read(&f).unwrap())
+            };
+            (f, bytes)
+        })
+        .collect();
+    let names: Vec<String> =
+        files.iter().map(|(f, _)| f.file_name().unwrap().to_str().unwrap().into()).collect();
+    let hp_pack = (!files.is_empty()).then(|| {
+        kore_guest_pack::Pack::from_files(
+            names.iter().zip(&files).map(|(n, (_, b))| (n.as_bytes(), *b)),
+        )
+        .unwrap()
+    });
+    let mut hp_model = hp_pack.as_ref().map(|p| p.model().unwrap());
+    if let Some(m) = hp_model.as_mut() {
+        m.set_pool(&pool);
+    }
     let mut buf = vec![0u64; BANDWIDTH_BYTES / 8];
-    let (mut decode, mut prefill, mut loads) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut decode, mut prefill, mut hp_decode, mut loads) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         // Swap the order every round, so drift within a round favours neither side.
         let (g, n) = if round % 2 == 0 {
@@ -180,7 +237,19 @@ fn guest_vs_native_decode_speed() {
         let f = |v: &Value, k: &str| v[k].as_f64().unwrap();
         decode.push(f(&g, "decode_tok_per_s") / f(&n, "decode_tok_per_s"));
         prefill.push(f(&g, "prefill_tok_per_s") / f(&n, "prefill_tok_per_s"));
+        if let Some(m) = hp_model.as_ref() {
+            let mut h = native(m, &mut buf, &opts);
+            h["side"] = json!("native-hugepages");
+            println!("{h}");
+            hp_decode.push(f(&g, "decode_tok_per_s") / f(&h, "decode_tok_per_s"));
+        }
         loads.push(load());
+    }
+    if !hp_decode.is_empty() {
+        println!(
+            "guest/native-hugepages decode ratio per round {hp_decode:.3?} median {:.3}",
+            median(hp_decode.clone())
+        );
     }
     println!(
         "guest/native decode ratio per round {decode:.3?} median {:.3}; prefill ratio median \
