@@ -375,6 +375,26 @@ fn vcpu_thread(
             return;
         }
     }
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        tracing::debug!("vcpu{cpu} stopped: {}; {}", registers(&vcpu), lapic_summary(&vcpu));
+    }
+}
+
+/// The local APIC's pending (IRR) and in-service (ISR) vectors and its TPR,
+/// for reports of stopped or hung guests (a vector stuck in service blocks
+/// every interrupt of its priority class and below).
+fn lapic_summary(vcpu: &VcpuFd) -> String {
+    let Ok(l) = vcpu.get_lapic() else { return "lapic unavailable".to_string() };
+    let reg = |off: usize| {
+        let b = &l.regs[off..off + 4];
+        u32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
+    };
+    let vectors = |base: usize| {
+        (0..256u32)
+            .filter(|v| reg(base + 16 * (*v as usize / 32)) >> (v % 32) & 1 == 1)
+            .collect::<Vec<_>>()
+    };
+    format!("lapic tpr={:#x} isr={:?} irr={:?}", reg(0x80), vectors(0x100), vectors(0x200))
 }
 
 fn io_out(sh: &Shared, port: u16, data: &[u8]) {
@@ -424,18 +444,23 @@ fn mmio(sh: &Shared, addr: u64, f: impl FnOnce(&mut dyn MmioDevice, u64)) {
 }
 
 fn report(vcpu: &VcpuFd, cpu: u32, reason: String, sh: &Shared) -> CrashReport {
-    let registers = match (vcpu.get_regs(), vcpu.get_sregs()) {
+    let registers = format!("{}; {}", registers(vcpu), lapic_summary(vcpu));
+    let r = CrashReport { reason, cpu, registers, console: sh.console_lines() };
+    tracing::error!("{r}");
+    r
+}
+
+/// The vCPU's general and control registers, formatted.
+fn registers(vcpu: &VcpuFd) -> String {
+    match (vcpu.get_regs(), vcpu.get_sregs()) {
         (Ok(r), Ok(s)) => format!(
             "rip={:#x} rsp={:#x} rflags={:#x} rax={:#x} rbx={:#x} rcx={:#x} rdx={:#x} rsi={:#x} rdi={:#x} \
              rbp={:#x} r8={:#x} r9={:#x} cs={:#x} ss={:#x} cr0={:#x} cr2={:#x} cr3={:#x} cr4={:#x} efer={:#x}",
             r.rip, r.rsp, r.rflags, r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.r8, r.r9,
             s.cs.selector, s.ss.selector, s.cr0, s.cr2, s.cr3, s.cr4, s.efer
         ),
-        _ => "unavailable".to_string(),
-    };
-    let r = CrashReport { reason, cpu, registers, console: sh.console_lines() };
-    tracing::error!("{r}");
-    r
+        _ => "registers unavailable".to_string(),
+    }
 }
 
 impl RunningVm {

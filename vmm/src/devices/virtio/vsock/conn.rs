@@ -53,6 +53,34 @@ pub enum Verdict {
     Drop,
 }
 
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} host {} guest {} pending {:#x} to_guest {} to_host {} tx_cnt {} peer_buf {} \
+             peer_fwd {} credit {} rx_cnt {} fwd_cnt {} fwd_sent {} shut {} eof {}/{} gone {} creq {}",
+            self.state,
+            self.host_port,
+            self.guest_port,
+            self.pending,
+            self.to_guest.len(),
+            self.to_host.len(),
+            self.tx_cnt,
+            self.peer_buf_alloc,
+            self.peer_fwd_cnt,
+            self.peer_credit(),
+            self.rx_cnt,
+            self.fwd_cnt,
+            self.fwd_sent,
+            self.guest_shut,
+            self.host_eof,
+            self.eof_sent,
+            self.host_gone,
+            self.credit_requested
+        )
+    }
+}
+
 /// A connection.
 pub struct Conn {
     /// The host side of the connection.

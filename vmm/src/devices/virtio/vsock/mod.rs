@@ -87,6 +87,7 @@ pub fn process_tx(q: &mut Queue, mem: &GuestMemoryMmap, mux: &mut Muxer) -> bool
             match VsockPacket::from_tx_virtq_chain(mem, &mut chain, MAX_PKT_PAYLOAD) {
                 Ok(pkt) => {
                     let h = Header::of(&pkt);
+                    tracing::trace!("vsock: from guest {h:?}");
                     match read_payload(&pkt, &h) {
                         Some(payload) => mux.on_guest_packet(&h, &payload),
                         None => tracing::debug!("vsock: dropped malformed tx packet {h:?}"),
@@ -159,6 +160,7 @@ pub fn process_rx(q: &mut Queue, mem: &GuestMemoryMmap, mux: &mut Muxer) -> bool
                     q.go_to_previous_position();
                     break;
                 };
+                tracing::trace!("vsock: to guest {:?} len {}", h, data.len());
                 write_packet(&pkt, &h, &data)
             }
             Err(e) => {
@@ -225,6 +227,26 @@ impl VsockBackend {
         if used {
             t.signal_used();
         }
+    }
+}
+
+impl VsockBackend {
+    /// Logs the queues' and connections' state (debug level; for hung-guest reports).
+    pub fn log_state(&self) {
+        use std::sync::atomic::Ordering;
+        let t = self.transport.lock().unwrap_or_else(|e| e.into_inner());
+        let mem = t.mem();
+        for (i, q) in t.queues.iter().enumerate() {
+            let avail = q.avail_idx(mem, Ordering::Acquire).map(|w| w.0).ok();
+            let used = q.used_idx(mem, Ordering::Acquire).map(|w| w.0).ok();
+            tracing::debug!(
+                "vsock queue {i}: next_avail {} next_used {} avail.idx {avail:?} used.idx {used:?}",
+                q.next_avail(),
+                q.next_used()
+            );
+        }
+        tracing::debug!("vsock: activated {} status {:#x}", t.activated(), t.status());
+        self.muxer.log_state();
     }
 }
 
@@ -297,7 +319,12 @@ fn event_loop(b: &mut VsockBackend, notify: &EventFd, wake: &EventFd) {
         };
         for ev in &events[..n] {
             match ev.data() {
-                TOKEN_STOP => return,
+                TOKEN_STOP => {
+                    if tracing::enabled!(tracing::Level::DEBUG) {
+                        b.log_state();
+                    }
+                    return;
+                }
                 TOKEN_NOTIFY => {
                     let _ = notify.read();
                 }

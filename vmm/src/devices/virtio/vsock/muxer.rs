@@ -119,6 +119,14 @@ impl Muxer {
         }
     }
 
+    /// Logs every connection's state (debug level).
+    pub fn log_state(&self) {
+        tracing::debug!("vsock muxer: ready {:?}, {} loose RSTs", self.ready, self.loose_rst.len());
+        for (t, c) in &self.conns {
+            tracing::debug!("vsock conn {t}: {c:?}");
+        }
+    }
+
     /// Accepts pending clients on the listener.
     pub fn accept(&mut self) {
         loop {
