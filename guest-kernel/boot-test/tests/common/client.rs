@@ -83,13 +83,18 @@ pub struct Appliance {
 impl Appliance {
     /// Boots with `vcpus`; `name` keeps the socket directory of concurrently running tests apart.
     pub fn boot(name: &str, vcpus: u32) -> Appliance {
+        Self::boot_pack(name, vcpus, tiny_pack())
+    }
+
+    /// Boots with the pack in `pack_dir`.
+    pub fn boot_pack(name: &str, vcpus: u32, pack_dir: &Path) -> Appliance {
         let img = appliance_images().unwrap();
         let dir =
             std::env::temp_dir().join(format!("kore-appliance-test-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let uds = dir.join("vsock.sock");
         let mut cfg = config(&img, vcpus, "").vsock_uds(&uds);
-        for f in pack_files(tiny_pack()) {
+        for f in pack_files(pack_dir) {
             cfg = cfg.preload(f);
         }
         let vm = Vm::start(cfg, &mut |_| {}).unwrap();
