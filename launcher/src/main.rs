@@ -2,7 +2,9 @@
 //! and lets a person or a script talk to it. The command-line surface follows
 //! the shared contract (`CONTRACT.md`); each command lives in `cmd/`.
 
+mod appliance;
 mod cli;
+mod client;
 mod cmd;
 mod config;
 mod error;

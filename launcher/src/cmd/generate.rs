@@ -1,6 +1,7 @@
 //! `kore-launch generate`: raw completion of a prompt (no chat template).
-//! With `--native` the engine runs in-process on the host; otherwise it will
-//! run in the Kore guest (not available in this build yet).
+//! With `--native` the engine runs in-process on the host; otherwise the
+//! request goes through the chat protocol to the appliance (the Kore VM,
+//! booted for the command or attached from `kore-launch up`).
 
 use std::io::Write;
 use std::time::Instant;
@@ -9,6 +10,7 @@ use kore_engine::pool::ThreadPool;
 use kore_engine::{GenerateOptions, SamplingParams, SpecOptions, StopReason};
 use serde_json::json;
 
+use crate::appliance::Appliance;
 use crate::cli::{GenerateArgs, SamplingArgs};
 use crate::error::{LaunchError, Result};
 use crate::model;
@@ -33,11 +35,7 @@ pub fn draft_vocab(vocab: usize) -> usize {
 /// Runs `generate`.
 pub fn run(args: GenerateArgs) -> Result<()> {
     if !args.native {
-        return Err(LaunchError::Usage(
-            "generate in the Kore guest is not available in this build yet; pass --native to run the engine \
-             in-process on the host"
-                .into(),
-        ));
+        return through_appliance(&args);
     }
     // Rows of every matrix product split across all cores (bit-identical to one thread).
     let pool = ThreadPool::with_all_cores();
@@ -229,4 +227,98 @@ fn print_result(args: &GenerateArgs, prompt: &[u32], run: &Run, text: &str) -> R
         );
     }
     Ok(())
+}
+
+/// Where a non-native command's appliance comes from: `KORE_APPLIANCE=native`
+/// runs the service in-process (same protocol and adapters as the guest;
+/// used by tests and where no KVM exists); otherwise an appliance running in
+/// the runtime directory (`kore-launch up`) is used, else the Kore VM is
+/// booted for this command.
+pub fn open_appliance(model: Option<&std::path::Path>) -> Result<(Appliance, std::path::PathBuf)> {
+    let settings = crate::config::effective(&crate::config::Overrides {
+        model: model.map(std::path::Path::to_path_buf),
+        ..Default::default()
+    })?;
+    let path = settings.model.clone();
+    if std::env::var("KORE_APPLIANCE").is_ok_and(|v| v == "native") {
+        return Ok((Appliance::native(&path)?, path));
+    }
+    if Appliance::is_running(&settings.runtime_dir) {
+        tracing::info!("attaching to the appliance in {}", settings.runtime_dir.display());
+        return Ok((Appliance::attach(&settings.runtime_dir)?, path));
+    }
+    Ok((Appliance::boot(&settings, &path)?, path))
+}
+
+/// `generate` through the appliance: a raw prompt request, printed as the
+/// native path prints it.
+fn through_appliance(args: &GenerateArgs) -> Result<()> {
+    let params = sampling_params(&args.sampling)?;
+    let mut request = match (&args.prompt_ids, &args.prompt) {
+        (Some(ids), _) => json!({ "prompt_ids": ids }),
+        (None, Some(text)) => json!({ "prompt": text }),
+        (None, None) => return Err(LaunchError::Usage("give --prompt or --prompt-ids".into())),
+    };
+    if matches!(&args.prompt_ids, Some(ids) if ids.is_empty())
+        || matches!(&args.prompt, Some(t) if t.is_empty())
+    {
+        return Err(LaunchError::Usage("the prompt is empty".into()));
+    }
+    request["max_tokens"] = json!(args.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
+    request["temperature"] = json!(params.temperature);
+    request["top_p"] = json!(params.top_p);
+    request["top_k"] = json!(params.top_k);
+    request["min_p"] = json!(params.min_p);
+    request["seed"] = json!(params.seed);
+    if let Some(mtp) = args.sampling.mtp {
+        request["mtp"] = json!(mtp);
+    }
+    let (appliance, path) = open_appliance(args.model.as_deref())?;
+    let done = appliance.client()?.generate(request, |_| {})?;
+    appliance.shutdown();
+    // The text of the generated ids as the native path gives it (tokenizer
+    // decode, a final stop token's text included); the service's answer text
+    // (which leaves stop tokens out) if the tokenizer is not at hand.
+    let text = match host_tokenizer(&path) {
+        Some(t) => t.decode(&done.token_ids),
+        None => done.text.clone(),
+    };
+    let stat = |k: &str| done.stats.get(k).cloned().unwrap_or(json!(0));
+    let mut out = std::io::stdout().lock();
+    let io = |source| LaunchError::Io { path: "stdout".into(), source };
+    if args.json.json {
+        let stop_reason = match done.finish.as_str() {
+            "stop" => "stop_token",
+            "length" => "max_tokens",
+            other => other,
+        };
+        let obj = json!({
+            "token_ids": done.token_ids,
+            "text": text,
+            "stop_reason": stop_reason,
+            "stats": done.stats,
+        });
+        writeln!(out, "{obj}").map_err(io)?;
+    } else {
+        if text.is_empty() && !done.token_ids.is_empty() {
+            let ids: Vec<String> = done.token_ids.iter().map(u32::to_string).collect();
+            writeln!(out, "{}", ids.join(",")).map_err(io)?;
+        } else {
+            writeln!(out, "{text}").map_err(io)?;
+        }
+        eprintln!(
+            "prompt {} tokens, prefill {} ms ({} tok/s); generated {} tokens, decode {} tok/s",
+            stat("prompt_tokens"),
+            stat("prefill_ms"),
+            stat("prefill_tok_per_s"),
+            done.token_ids.len(),
+            stat("decode_tok_per_s"),
+        );
+    }
+    Ok(())
+}
+
+/// The model's tokenizer on the host, if its directory has one.
+fn host_tokenizer(path: &std::path::Path) -> Option<kore_tokenizer::Tokenizer> {
+    kore_tokenizer::Tokenizer::from_file(path.join("tokenizer.json")).ok()
 }

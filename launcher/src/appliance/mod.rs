@@ -1,0 +1,261 @@
+//! The appliance the commands talk to, wherever it runs:
+//!
+//! - [`Appliance::native`]: kore-service with the kore-appliance adapters on a
+//!   thread of this process (`--native`, and tests), reached through pipes;
+//! - [`Appliance::boot`]: the Kore VM under kore-vmm with the pack preloaded,
+//!   reached through the vsock device's Unix socket (guest port 1025);
+//! - [`Appliance::attach`]: a VM started earlier by `kore-launch up`, found by
+//!   its socket `RUNTIME_DIR/vsock.sock` ([`socket_path`]).
+//!
+//! All three speak the same protocol (docs/protocol.md) through
+//! [`Appliance::connect`] / [`Appliance::client`], so a command is written
+//! once. Dropping an appliance (or [`Appliance::shutdown`]) stops what it
+//! started; an attached appliance keeps running.
+
+// The API serves `generate` and `bench` here and `up`/`down`/`status`/`chat`/`batch`
+// (helper ux); not every item has a caller in every build.
+#![allow(dead_code)]
+
+pub mod native;
+pub mod vm;
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use kore_service::host::ServiceHandle;
+
+pub use vm::{BootOptions, BootReport, GuestImages};
+
+use crate::client::{Client, Connection};
+use crate::config::Settings;
+use crate::error::{LaunchError, Result};
+use crate::host::HugepageSize;
+
+/// File name of the vsock socket in a runtime directory.
+pub const SOCKET_NAME: &str = "vsock.sock";
+const MIB: u64 = 1 << 20;
+
+/// The vsock socket of the appliance kept in `runtime_dir`.
+pub fn socket_path(runtime_dir: &Path) -> PathBuf {
+    runtime_dir.join(SOCKET_NAME)
+}
+
+enum Kind {
+    Native(ServiceHandle),
+    Vm(vm::VmAppliance),
+    Attached(PathBuf),
+}
+
+/// A running appliance (see the module docs).
+pub struct Appliance {
+    kind: Kind,
+    /// A per-boot runtime directory to remove at the end.
+    own_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Appliance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match &self.kind {
+            Kind::Native(_) => "native",
+            Kind::Vm(_) => "vm",
+            Kind::Attached(_) => "attached",
+        };
+        f.debug_struct("Appliance").field("kind", &what).finish_non_exhaustive()
+    }
+}
+
+impl Appliance {
+    /// The service in-process over the model at `model` (pack or Hugging Face
+    /// directory); returns once the model is loaded.
+    pub fn native(model: &Path) -> Result<Appliance> {
+        Ok(Appliance { kind: Kind::Native(native::spawn(model)?), own_dir: None })
+    }
+
+    /// Boots the Kore VM for one command: `pack` preloaded, vCPUs, memory and
+    /// page size from `settings`, the socket in a private directory under
+    /// `settings.runtime_dir` (removed on shutdown). Returns once the guest
+    /// service accepts.
+    pub fn boot(settings: &Settings, pack: &Path) -> Result<Appliance> {
+        let dir = settings.runtime_dir.join(format!("boot-{}", std::process::id()));
+        let opts = boot_options(settings, pack, socket_path(&dir))?;
+        let result = Self::boot_with(&opts, pack);
+        match result {
+            Ok(mut a) => {
+                a.own_dir = Some(dir);
+                Ok(a)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// Boots the Kore VM exactly as `opts` say (`kore-launch up` puts the
+    /// socket at [`socket_path`] of its runtime directory).
+    pub fn boot_with(opts: &BootOptions, pack: &Path) -> Result<Appliance> {
+        Ok(Appliance { kind: Kind::Vm(vm::VmAppliance::boot(opts, pack)?), own_dir: None })
+    }
+
+    /// Attaches to the appliance of `kore-launch up` in `runtime_dir`; fails
+    /// with a hint when none answers there.
+    pub fn attach(runtime_dir: &Path) -> Result<Appliance> {
+        let socket = socket_path(runtime_dir);
+        if !socket.exists() {
+            return Err(LaunchError::Other(format!(
+                "no appliance is running in {} (no {SOCKET_NAME}); start one with `kore-launch up`",
+                runtime_dir.display()
+            )));
+        }
+        let me = Appliance { kind: Kind::Attached(socket), own_dir: None };
+        me.client()?.info()?;
+        Ok(me)
+    }
+
+    /// Whether an appliance answers in `runtime_dir` (for `up`/`status`).
+    pub fn is_running(runtime_dir: &Path) -> bool {
+        vm::connect_service(&socket_path(runtime_dir)).is_ok()
+    }
+
+    /// A new connection to the service.
+    pub fn connect(&self) -> Result<Connection> {
+        match &self.kind {
+            Kind::Native(h) => {
+                let (reader, writer) = h.connect().into_split();
+                Ok(Connection { reader: Box::new(reader), writer: Box::new(writer) })
+            }
+            Kind::Vm(v) => unix_connection(v.connect()?),
+            Kind::Attached(socket) => unix_connection(vm::connect_service(socket)?),
+        }
+    }
+
+    /// A protocol client on a new connection.
+    pub fn client(&self) -> Result<Client> {
+        Ok(Client::new(self.connect()?))
+    }
+
+    /// Boot measurements (VMs this process booted).
+    pub fn boot_report(&self) -> Option<BootReport> {
+        match &self.kind {
+            Kind::Vm(v) => Some(v.report()),
+            _ => None,
+        }
+    }
+
+    /// Where the engine runs: `native`, `vm` or `attached`.
+    pub fn placement(&self) -> &'static str {
+        match &self.kind {
+            Kind::Native(_) => "native",
+            Kind::Vm(_) => "vm",
+            Kind::Attached(_) => "attached",
+        }
+    }
+
+    /// The guest's console tail (VMs this process booted).
+    pub fn console_lines(&self) -> Vec<String> {
+        match &self.kind {
+            Kind::Vm(v) => v.console_lines(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A handle that stops a booted VM from elsewhere (e.g. a signal watcher).
+    pub fn stopper(&self) -> Option<kore_vmm::Stopper> {
+        match &self.kind {
+            Kind::Vm(v) => v.stopper(),
+            _ => None,
+        }
+    }
+
+    /// Blocks until a booted VM's guest exits (for the `up` background
+    /// process); returns its exit status. Other kinds return at once.
+    pub fn wait(mut self) -> Result<u32> {
+        let kind = std::mem::replace(&mut self.kind, Kind::Attached(PathBuf::new()));
+        match kind {
+            Kind::Vm(v) => v.wait(),
+            _ => Ok(0),
+        }
+    }
+
+    /// Stops what this appliance started (the service thread or the VM).
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Appliance {
+    fn drop(&mut self) {
+        // Stop the VM / service before removing the socket's directory.
+        let kind = std::mem::replace(&mut self.kind, Kind::Attached(PathBuf::new()));
+        match kind {
+            Kind::Native(h) => h.shutdown(),
+            Kind::Vm(v) => v.shutdown(),
+            Kind::Attached(_) => {}
+        }
+        if let Some(dir) = self.own_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Splits a socket into the client's halves; dropping the writer shuts down
+/// the write side (end-of-stream for the service).
+fn unix_connection(stream: UnixStream) -> Result<Connection> {
+    let reader = stream
+        .try_clone()
+        .map_err(|source| LaunchError::Io { path: "vsock socket".into(), source })?;
+    Ok(Connection { reader: Box::new(reader), writer: Box::new(ShutOnDrop(stream)) })
+}
+
+struct ShutOnDrop(UnixStream);
+
+impl std::io::Write for ShutOnDrop {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl Drop for ShutOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// Boot options from the effective settings: guest RAM is `settings.memory`
+/// or enough for the pack's state at `settings.context` tokens (see
+/// [`guest_memory`]).
+pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result<BootOptions> {
+    let hugepages = match settings.hugepage_size {
+        HugepageSize::M2 => kore_vmm::HugePageSize::Size2M,
+        HugepageSize::G1 => kore_vmm::HugePageSize::Size1G,
+        HugepageSize::Off => kore_vmm::HugePageSize::Off,
+    };
+    let memory_bytes = match settings.memory {
+        Some(m) => m,
+        None => guest_memory(pack, settings.context)?,
+    };
+    Ok(BootOptions {
+        vcpus: settings.vcpus.max(1),
+        memory_bytes,
+        hugepages,
+        socket,
+        images: GuestImages::locate()?,
+        cmdline: String::new(),
+    })
+}
+
+/// Guest RAM (besides the preloaded pack) for `pack` at `context` tokens:
+/// the engine keeps its KV cache in f32 (twice the budget's 2-byte figure)
+/// in growable vectors (room for one doubling), plus the recurrent state,
+/// heap and kernel of `host::sizing`.
+pub fn guest_memory(pack: &Path, context: u64) -> Result<u64> {
+    let b = crate::host::sizing::Budget::compute(pack, context)
+        .map_err(|e| LaunchError::Model(e.to_string()))?;
+    let kv_f32 = b.kv_cache * 2;
+    let bytes = 2 * kv_f32 + b.recurrent_state + b.heap + b.kernel;
+    Ok(bytes.div_ceil(2 * MIB) * 2 * MIB)
+}

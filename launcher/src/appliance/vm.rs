@@ -1,0 +1,377 @@
+//! The appliance in the Kore VM: boots kore-vmm with the Kore kernel and the
+//! ring-3 appliance image, the pack preloaded into guest memory (progress bar
+//! on stderr), and the vsock device's host socket in a runtime directory;
+//! waits until the guest service accepts on port 1025.
+//!
+//! Guest images are found, in order: `KORE_GUEST_KERNEL` / `KORE_GUEST_IMAGE`
+//! (each a file path), then `guest/x86_64-unknown-none/release/kore-kernel`
+//! and `guest/x86_64-unknown-linux-gnu/release/kore-appliance` under any
+//! ancestor directory of the running executable (the `target/` directory
+//! that `guest-kernel/build.sh` fills with `CARGO_TARGET_DIR=target/guest`).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use kore_vmm::{HugePageSize, RunningVm, Stopper, Vm, VmConfig};
+
+use crate::error::{LaunchError, Result};
+
+/// The chat service's vsock port (docs/protocol.md).
+pub const SERVICE_PORT: u32 = 1025;
+/// How long a boot may take until the service accepts.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
+/// Pack files the guest reads, in preload order.
+pub const PACK_FILES: [&str; 3] = ["pack.toml", "weights.safetensors", "tokenizer.json"];
+const KERNEL_REL: &str = "guest/x86_64-unknown-none/release/kore-kernel";
+const IMAGE_REL: &str = "guest/x86_64-unknown-linux-gnu/release/kore-appliance";
+const BUILD_HINT: &str =
+    "build them with `cd guest-kernel && CARGO_TARGET_DIR=$PWD/../target/guest ./build.sh`, \
+     or set KORE_GUEST_KERNEL and KORE_GUEST_IMAGE";
+
+/// The two guest ELFs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestImages {
+    /// Ring-0 Kore kernel.
+    pub kernel: PathBuf,
+    /// Ring-3 appliance image.
+    pub image: PathBuf,
+}
+
+impl GuestImages {
+    /// Finds the images (see the module docs for the order).
+    pub fn locate() -> Result<GuestImages> {
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let exe = std::env::current_exe().ok();
+        let search = |rel: &str| {
+            exe.as_deref()
+                .into_iter()
+                .flat_map(Path::ancestors)
+                .map(|a| a.join(rel))
+                .find(|p| p.is_file())
+        };
+        let pick = |var: &str, rel: &str, what: &str| -> Result<PathBuf> {
+            if let Some(p) = env(var) {
+                return if p.is_file() {
+                    Ok(p)
+                } else {
+                    Err(LaunchError::Host(format!("{var}={}: no such file ({what})", p.display())))
+                };
+            }
+            search(rel).ok_or_else(|| {
+                LaunchError::Host(format!(
+                    "the Kore {what} was not found ({rel} next to {}); {BUILD_HINT}",
+                    exe.as_deref().map_or("kore-launch".into(), |e| e.display().to_string())
+                ))
+            })
+        };
+        Ok(GuestImages {
+            kernel: pick("KORE_GUEST_KERNEL", KERNEL_REL, "guest kernel")?,
+            image: pick("KORE_GUEST_IMAGE", IMAGE_REL, "appliance image")?,
+        })
+    }
+}
+
+/// How to boot.
+#[derive(Debug, Clone)]
+pub struct BootOptions {
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Guest RAM besides the preloaded pack, bytes.
+    pub memory_bytes: u64,
+    /// Page size backing guest RAM.
+    pub hugepages: HugePageSize,
+    /// Where the VMM creates the vsock Unix socket.
+    pub socket: PathBuf,
+    /// Guest images.
+    pub images: GuestImages,
+    /// Guest command line (empty: serve the protocol).
+    pub cmdline: String,
+}
+
+/// Measured while booting.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BootReport {
+    /// From starting the VMM until the service accepted on vsock port 1025.
+    pub boot_to_ready: Duration,
+    /// Bytes preloaded (the pack files).
+    pub preload_bytes: u64,
+    /// Preload time (first to last byte, as the VMM reported progress).
+    pub preload_time: Duration,
+    /// vCPUs booted.
+    pub vcpus: u32,
+}
+
+impl BootReport {
+    /// Preload throughput in GB/s (10^9 bytes per second).
+    pub fn preload_gbps(&self) -> f64 {
+        let s = self.preload_time.as_secs_f64();
+        if s > 0.0 {
+            self.preload_bytes as f64 / s / 1e9
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A booted appliance VM.
+pub struct VmAppliance {
+    vm: Option<RunningVm>,
+    socket: PathBuf,
+    report: BootReport,
+}
+
+impl std::fmt::Debug for VmAppliance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VmAppliance").field("socket", &self.socket).finish_non_exhaustive()
+    }
+}
+
+/// Tracks preload progress for the bar and the throughput figure.
+struct PreloadMeter {
+    bar: ProgressBar,
+    start: Instant,
+    first: Option<(Instant, u64)>,
+    last: Option<Instant>,
+    total: u64,
+}
+
+impl PreloadMeter {
+    fn new() -> Self {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "preloading pack {bar:30} {bytes}/{total_bytes} ({binary_bytes_per_sec})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Self { bar, start: Instant::now(), first: None, last: None, total: 0 }
+    }
+
+    fn update(&mut self, done: u64, total: u64) {
+        let now = Instant::now();
+        self.first.get_or_insert((now, done));
+        self.last = Some(now);
+        self.total = total;
+        self.bar.set_length(total);
+        self.bar.set_position(done);
+    }
+
+    /// Bytes and time from the start of loading to the last byte. The first
+    /// report comes after the first chunk; the time before it is counted
+    /// from `start` only when there was a single report.
+    fn finish(&self) -> (u64, Duration) {
+        self.bar.finish_and_clear();
+        match (self.first, self.last) {
+            (Some((t0, d0)), Some(t1)) if t1 > t0 && d0 < self.total => {
+                (self.total - d0, t1.duration_since(t0))
+            }
+            (_, Some(t1)) => (self.total, t1.duration_since(self.start)),
+            _ => (0, Duration::ZERO),
+        }
+    }
+}
+
+impl VmAppliance {
+    /// Boots the VM with `pack` preloaded and waits until the service accepts.
+    pub fn boot(opts: &BootOptions, pack: &Path) -> Result<VmAppliance> {
+        let mut config = VmConfig::new(&opts.images.kernel)
+            .user_image(&opts.images.image)
+            .vcpus(opts.vcpus)
+            .memory_mib(opts.memory_bytes.div_ceil(1 << 20))
+            .hugepages(opts.hugepages)
+            .vsock_uds(&opts.socket)
+            .cmdline(opts.cmdline.clone());
+        for f in PACK_FILES {
+            let file = pack.join(f);
+            if !file.is_file() {
+                return Err(LaunchError::Model(format!(
+                    "{}: not a model pack (no {f}); the appliance boots packs — import a Hugging Face \
+                     directory with `kore-launch pack import DIR -o PACK`",
+                    pack.display()
+                )));
+            }
+            config = config.preload(file);
+        }
+        if let Some(dir) = opts.socket.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|source| LaunchError::Io { path: dir.display().to_string(), source })?;
+        }
+        remove_stale_socket(&opts.socket)?;
+        let mut meter = PreloadMeter::new();
+        let started = Instant::now();
+        let vm = Vm::start(config, &mut |p| meter.update(p.done, p.total))
+            .map_err(|e| LaunchError::Host(format!("cannot boot the Kore VM: {e}")))?;
+        let (preload_bytes, preload_time) = meter.finish();
+        let mut me = VmAppliance {
+            vm: Some(vm),
+            socket: opts.socket.clone(),
+            report: BootReport {
+                boot_to_ready: Duration::ZERO,
+                preload_bytes,
+                preload_time,
+                vcpus: opts.vcpus,
+            },
+        };
+        let first = me.wait_ready(started)?;
+        me.report.boot_to_ready = started.elapsed();
+        drop(first);
+        tracing::info!(
+            boot_to_ready_ms = me.report.boot_to_ready.as_secs_f64() * 1e3,
+            preload_gbps = me.report.preload_gbps(),
+            "the Kore appliance is ready"
+        );
+        Ok(me)
+    }
+
+    /// Polls port 1025 until the guest accepts; fails with the console tail
+    /// if the guest exits first or the timeout passes.
+    fn wait_ready(&mut self, started: Instant) -> Result<UnixStream> {
+        loop {
+            match hybrid_connect(&self.socket, SERVICE_PORT) {
+                Ok(s) => return Ok(s),
+                Err(ConnectFailure::Retry(_)) => {}
+                Err(ConnectFailure::Fatal(e)) => return Err(e),
+            }
+            let vm = self.vm.as_ref().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
+            if let Some(outcome) = vm.wait_timeout(Duration::from_millis(10)) {
+                let tail = vm.console_lines();
+                let tail = tail[tail.len().saturating_sub(15)..].join("\n");
+                let how = match outcome {
+                    Ok(status) => format!("exited with status {status}"),
+                    Err(e) => e.to_string(),
+                };
+                return Err(LaunchError::Other(format!(
+                    "the Kore guest {how} before its service was ready; console:\n{tail}"
+                )));
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                return Err(LaunchError::Other(format!(
+                    "the Kore guest did not accept on vsock port {SERVICE_PORT} within {READY_TIMEOUT:?}"
+                )));
+            }
+        }
+    }
+
+    /// A new connection to the service.
+    pub fn connect(&self) -> Result<UnixStream> {
+        connect_service(&self.socket)
+    }
+
+    /// The vsock socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Boot measurements.
+    pub fn report(&self) -> BootReport {
+        self.report
+    }
+
+    /// The last lines the guest wrote to its console.
+    pub fn console_lines(&self) -> Vec<String> {
+        self.vm.as_ref().map(RunningVm::console_lines).unwrap_or_default()
+    }
+
+    /// A handle that stops the VM from elsewhere (a signal handler).
+    pub fn stopper(&self) -> Option<Stopper> {
+        self.vm.as_ref().map(RunningVm::stopper)
+    }
+
+    /// Blocks until the guest exits (for a background `up` process).
+    pub fn wait(mut self) -> Result<u32> {
+        let vm = self.vm.take().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
+        let status = vm.wait().map_err(|e| LaunchError::Other(format!("the Kore VM: {e}")));
+        let _ = std::fs::remove_file(&self.socket);
+        status
+    }
+
+    /// Stops the VM and removes its socket.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(vm) = self.vm.take() {
+            vm.stop();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl Drop for VmAppliance {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A socket file nobody serves is removed so the VMM can bind it; a live one
+/// is an error (another appliance uses it).
+fn remove_stale_socket(socket: &Path) -> Result<()> {
+    if !socket.exists() {
+        return Ok(());
+    }
+    if UnixStream::connect(socket).is_ok() {
+        return Err(LaunchError::Other(format!(
+            "{} is in use by a running appliance; stop it with `kore-launch down` or use another runtime directory",
+            socket.display()
+        )));
+    }
+    std::fs::remove_file(socket)
+        .map_err(|source| LaunchError::Io { path: socket.display().to_string(), source })
+}
+
+/// Connects to the service through the VM's vsock socket.
+pub fn connect_service(socket: &Path) -> Result<UnixStream> {
+    hybrid_connect(socket, SERVICE_PORT).map_err(|e| match e {
+        ConnectFailure::Retry(e) | ConnectFailure::Fatal(e) => e,
+    })
+}
+
+enum ConnectFailure {
+    /// The socket is missing or nobody listens on the port yet.
+    Retry(LaunchError),
+    /// Anything else.
+    Fatal(LaunchError),
+}
+
+/// Firecracker's hybrid vsock handshake: `CONNECT <port>\n` -> `OK <port>\n`;
+/// a closed connection means nothing listens on the port.
+fn hybrid_connect(socket: &Path, port: u32) -> std::result::Result<UnixStream, ConnectFailure> {
+    let io =
+        |source: std::io::Error| LaunchError::Io { path: socket.display().to_string(), source };
+    let mut s = UnixStream::connect(socket).map_err(|e| ConnectFailure::Retry(io(e)))?;
+    let fatal = |e: std::io::Error| ConnectFailure::Fatal(io(e));
+    s.write_all(format!("CONNECT {port}\n").as_bytes()).map_err(fatal)?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(fatal)?;
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => {
+                return Err(ConnectFailure::Retry(LaunchError::Other(format!(
+                    "nothing listens on guest vsock port {port}"
+                ))))
+            }
+            Ok(_) if b[0] == b'\n' => break,
+            Ok(_) if line.len() < 32 => line.push(b[0]),
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Err(ConnectFailure::Retry(io(e)))
+            }
+            Err(e) => return Err(fatal(e)),
+        }
+    }
+    let reply = String::from_utf8_lossy(&line);
+    if !reply.starts_with("OK ") {
+        return Err(ConnectFailure::Fatal(LaunchError::Other(format!(
+            "unexpected vsock handshake reply {reply:?} from {}",
+            socket.display()
+        ))));
+    }
+    s.set_read_timeout(None).map_err(fatal)?;
+    Ok(s)
+}
