@@ -16,6 +16,7 @@
 // (helper ux); not every item has a caller in every build.
 #![allow(dead_code)]
 
+pub mod bench;
 pub mod native;
 pub mod vm;
 
@@ -95,6 +96,28 @@ impl Appliance {
     /// socket at [`socket_path`] of its runtime directory).
     pub fn boot_with(opts: &BootOptions, pack: &Path) -> Result<Appliance> {
         Ok(Appliance { kind: Kind::Vm(vm::VmAppliance::boot(opts, pack)?), own_dir: None })
+    }
+
+    /// The appliance a non-native command uses for `model` (default: the
+    /// configured pack): `KORE_APPLIANCE=native` runs the service in-process
+    /// (same protocol and adapters as the guest; for tests and hosts without
+    /// KVM); otherwise the appliance running in the runtime directory
+    /// (`kore-launch up`) if one answers, else the Kore VM booted for this
+    /// command. Also returns the model path the settings resolved.
+    pub fn open_for(model: Option<&Path>) -> Result<(Appliance, PathBuf)> {
+        let settings = crate::config::effective(&crate::config::Overrides {
+            model: model.map(Path::to_path_buf),
+            ..Default::default()
+        })?;
+        let path = settings.model.clone();
+        if std::env::var("KORE_APPLIANCE").is_ok_and(|v| v == "native") {
+            return Ok((Appliance::native(&path)?, path));
+        }
+        if Appliance::is_running(&settings.runtime_dir) {
+            tracing::info!("attaching to the appliance in {}", settings.runtime_dir.display());
+            return Ok((Appliance::attach(&settings.runtime_dir)?, path));
+        }
+        Ok((Appliance::boot(&settings, &path)?, path))
     }
 
     /// Attaches to the appliance of `kore-launch up` in `runtime_dir`; fails
@@ -258,4 +281,56 @@ pub fn guest_memory(pack: &Path, context: u64) -> Result<u64> {
     let kv_f32 = b.kv_cache * 2;
     let bytes = 2 * kv_f32 + b.recurrent_state + b.heap + b.kernel;
     Ok(bytes.div_ceil(2 * MIB) * 2 * MIB)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Event;
+    use serde_json::json;
+
+    fn tiny_hf() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../model-packs/tiny-hf")
+    }
+
+    #[test]
+    fn native_appliance_serves_info_generation_cancel_and_bench_answer() {
+        let a = Appliance::native(&tiny_hf()).expect("native appliance");
+        assert_eq!(a.placement(), "native");
+        assert!(a.boot_report().is_none());
+        let mut c = a.client().unwrap();
+        let info = c.info().unwrap();
+        assert_eq!(info["model"], "tiny-hf");
+        assert_eq!(info["context_limit"], 4096);
+        // A second connection works while the first one is open.
+        let mut c2 = a.client().unwrap();
+        let done = c2.generate(json!({"prompt": "ROMEO:", "max_tokens": 5}), |_| {}).unwrap();
+        assert_eq!(done.token_ids.len(), 5);
+        assert_eq!(done.finish, "length");
+        // A cancelled request ends with "cancelled".
+        c.send(&json!({"id": "c", "prompt": "JULIET:", "max_tokens": 4000})).unwrap();
+        c.cancel(&json!("c")).unwrap();
+        match c.wait(&json!("c"), |_| {}).unwrap() {
+            Event::Done(d) => assert_eq!(d.finish, "cancelled"),
+            other => panic!("{other:?}"),
+        }
+        // The benchmark is not wired into the engine adapter yet: a clear error.
+        let err = c.bench(json!({})).unwrap_err().to_string();
+        assert!(err.contains("unsupported"), "{err}");
+        a.shutdown();
+    }
+
+    #[test]
+    fn native_appliance_reports_a_bad_model_directory() {
+        let err = Appliance::native(Path::new("/nonexistent/model")).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/model"), "{err}");
+    }
+
+    #[test]
+    fn attach_without_an_appliance_says_how_to_start_one() {
+        let dir = std::env::temp_dir().join(format!("kore-attach-test-{}", std::process::id()));
+        let err = Appliance::attach(&dir).unwrap_err().to_string();
+        assert!(err.contains("kore-launch up"), "{err}");
+        assert!(!Appliance::is_running(&dir));
+    }
 }

@@ -229,27 +229,6 @@ fn print_result(args: &GenerateArgs, prompt: &[u32], run: &Run, text: &str) -> R
     Ok(())
 }
 
-/// Where a non-native command's appliance comes from: `KORE_APPLIANCE=native`
-/// runs the service in-process (same protocol and adapters as the guest;
-/// used by tests and where no KVM exists); otherwise an appliance running in
-/// the runtime directory (`kore-launch up`) is used, else the Kore VM is
-/// booted for this command.
-pub fn open_appliance(model: Option<&std::path::Path>) -> Result<(Appliance, std::path::PathBuf)> {
-    let settings = crate::config::effective(&crate::config::Overrides {
-        model: model.map(std::path::Path::to_path_buf),
-        ..Default::default()
-    })?;
-    let path = settings.model.clone();
-    if std::env::var("KORE_APPLIANCE").is_ok_and(|v| v == "native") {
-        return Ok((Appliance::native(&path)?, path));
-    }
-    if Appliance::is_running(&settings.runtime_dir) {
-        tracing::info!("attaching to the appliance in {}", settings.runtime_dir.display());
-        return Ok((Appliance::attach(&settings.runtime_dir)?, path));
-    }
-    Ok((Appliance::boot(&settings, &path)?, path))
-}
-
 /// `generate` through the appliance: a raw prompt request, printed as the
 /// native path prints it.
 fn through_appliance(args: &GenerateArgs) -> Result<()> {
@@ -273,7 +252,7 @@ fn through_appliance(args: &GenerateArgs) -> Result<()> {
     if let Some(mtp) = args.sampling.mtp {
         request["mtp"] = json!(mtp);
     }
-    let (appliance, path) = open_appliance(args.model.as_deref())?;
+    let (appliance, path) = Appliance::open_for(args.model.as_deref())?;
     let done = appliance.client()?.generate(request, |_| {})?;
     appliance.shutdown();
     // The text of the generated ids as the native path gives it (tokenizer
