@@ -103,7 +103,8 @@ fn bad_input_exits_non_zero_with_one_line() {
     // No tokenizer.json in the fixture: text prompts are refused clearly.
     let e = one_line_error(&kore(&["generate", "--native", "--model", d, "--prompt", "hello"]));
     assert!(e.contains("tokenizer.json"), "{e}");
-    // The guest path is not available yet and says so.
+    // The guest boots packs only: a directory without pack.toml is refused
+    // before anything boots, with the import command to run.
     let e = one_line_error(&kore(&["generate", "--model", d, "--prompt-ids", "1"]));
-    assert!(e.contains("--native"), "{e}");
+    assert!(e.contains("pack.toml") && e.contains("pack import"), "{e}");
 }

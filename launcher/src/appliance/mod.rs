@@ -252,6 +252,7 @@ impl Drop for ShutOnDrop {
 /// or enough for the pack's state at `settings.context` tokens (see
 /// [`guest_memory`]).
 pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result<BootOptions> {
+    vm::check_pack(pack)?;
     let hugepages = match settings.hugepage_size {
         HugepageSize::M2 => kore_vmm::HugePageSize::Size2M,
         HugepageSize::G1 => kore_vmm::HugePageSize::Size1G,

@@ -9,12 +9,12 @@
 //! ancestor directory of the running executable (the `target/` directory
 //! that `guest-kernel/build.sh` fills with `CARGO_TARGET_DIR=target/guest`).
 
-use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use kore_vmm::vsock::{self, ConnectError};
 use kore_vmm::{HugePageSize, RunningVm, Stopper, Vm, VmConfig};
 
 use crate::error::{LaunchError, Result};
@@ -184,16 +184,9 @@ impl VmAppliance {
             .hugepages(opts.hugepages)
             .vsock_uds(&opts.socket)
             .cmdline(opts.cmdline.clone());
+        check_pack(pack)?;
         for f in PACK_FILES {
-            let file = pack.join(f);
-            if !file.is_file() {
-                return Err(LaunchError::Model(format!(
-                    "{}: not a model pack (no {f}); the appliance boots packs — import a Hugging Face \
-                     directory with `kore-launch pack import DIR -o PACK`",
-                    pack.display()
-                )));
-            }
-            config = config.preload(file);
+            config = config.preload(pack.join(f));
         }
         if let Some(dir) = opts.socket.parent() {
             std::fs::create_dir_all(dir)
@@ -230,10 +223,10 @@ impl VmAppliance {
     /// if the guest exits first or the timeout passes.
     fn wait_ready(&mut self, started: Instant) -> Result<UnixStream> {
         loop {
-            match hybrid_connect(&self.socket, SERVICE_PORT) {
+            match vsock::connect(&self.socket, SERVICE_PORT) {
                 Ok(s) => return Ok(s),
-                Err(ConnectFailure::Retry(_)) => {}
-                Err(ConnectFailure::Fatal(e)) => return Err(e),
+                Err(e) if is_not_yet(&e) => {}
+                Err(e) => return Err(LaunchError::Other(format!("the Kore guest's vsock: {e}"))),
             }
             let vm = self.vm.as_ref().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
             if let Some(outcome) = vm.wait_timeout(Duration::from_millis(10)) {
@@ -307,6 +300,18 @@ impl Drop for VmAppliance {
     }
 }
 
+/// Fails unless `pack` has every file the guest reads.
+pub fn check_pack(pack: &Path) -> Result<()> {
+    match PACK_FILES.iter().find(|f| !pack.join(f).is_file()) {
+        None => Ok(()),
+        Some(f) => Err(LaunchError::Model(format!(
+            "{}: not a model pack (no {f}); the appliance boots packs — import a Hugging Face \
+             directory with `kore-launch pack import DIR -o PACK`",
+            pack.display()
+        ))),
+    }
+}
+
 /// A socket file nobody serves is removed so the VMM can bind it; a live one
 /// is an error (another appliance uses it).
 fn remove_stale_socket(socket: &Path) -> Result<()> {
@@ -323,55 +328,14 @@ fn remove_stale_socket(socket: &Path) -> Result<()> {
         .map_err(|source| LaunchError::Io { path: socket.display().to_string(), source })
 }
 
-/// Connects to the service through the VM's vsock socket.
+/// Connects to the service through the VM's vsock socket
+/// ([`kore_vmm::vsock::connect`]).
 pub fn connect_service(socket: &Path) -> Result<UnixStream> {
-    hybrid_connect(socket, SERVICE_PORT).map_err(|e| match e {
-        ConnectFailure::Retry(e) | ConnectFailure::Fatal(e) => e,
-    })
+    vsock::connect(socket, SERVICE_PORT).map_err(|e| LaunchError::Other(e.to_string()))
 }
 
-enum ConnectFailure {
-    /// The socket is missing or nobody listens on the port yet.
-    Retry(LaunchError),
-    /// Anything else.
-    Fatal(LaunchError),
-}
-
-/// Firecracker's hybrid vsock handshake: `CONNECT <port>\n` -> `OK <port>\n`;
-/// a closed connection means nothing listens on the port.
-fn hybrid_connect(socket: &Path, port: u32) -> std::result::Result<UnixStream, ConnectFailure> {
-    let io =
-        |source: std::io::Error| LaunchError::Io { path: socket.display().to_string(), source };
-    let mut s = UnixStream::connect(socket).map_err(|e| ConnectFailure::Retry(io(e)))?;
-    let fatal = |e: std::io::Error| ConnectFailure::Fatal(io(e));
-    s.write_all(format!("CONNECT {port}\n").as_bytes()).map_err(fatal)?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(fatal)?;
-    let mut line = Vec::new();
-    let mut b = [0u8; 1];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => {
-                return Err(ConnectFailure::Retry(LaunchError::Other(format!(
-                    "nothing listens on guest vsock port {port}"
-                ))))
-            }
-            Ok(_) if b[0] == b'\n' => break,
-            Ok(_) if line.len() < 32 => line.push(b[0]),
-            Ok(_) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                return Err(ConnectFailure::Retry(io(e)))
-            }
-            Err(e) => return Err(fatal(e)),
-        }
-    }
-    let reply = String::from_utf8_lossy(&line);
-    if !reply.starts_with("OK ") {
-        return Err(ConnectFailure::Fatal(LaunchError::Other(format!(
-            "unexpected vsock handshake reply {reply:?} from {}",
-            socket.display()
-        ))));
-    }
-    s.set_read_timeout(None).map_err(fatal)?;
-    Ok(s)
+/// Whether a connect failure means "not yet": the socket is not there or the
+/// guest does not listen on the port yet.
+fn is_not_yet(e: &ConnectError) -> bool {
+    matches!(e, ConnectError::Socket { .. } | ConnectError::Refused { .. })
 }
