@@ -32,13 +32,16 @@ pub fn spawn(path: &Path) -> Result<ServiceHandle> {
             ));
             return drop(ready_tx.send(Err(e)));
         };
-        let model = match files.model() {
+        // Rows of every matrix product split across all cores, as `generate --native`.
+        let pool = kore_engine::pool::ThreadPool::with_all_cores();
+        let mut model = match files.model() {
             Ok(m) => m,
             Err(e) => return drop(ready_tx.send(Err(e))),
         };
+        model.set_pool(&pool);
         let name = model_name(&path);
         let stops = files.stop_tokens.clone();
-        let engine = ModelEngine::new(model, name, stops.clone());
+        let engine = ModelEngine::new(&model, name, stops.clone());
         let codec = TokenizerCodec::new(Arc::new(tokenizer), stops);
         let service = Service::new(engine, codec, StdClock::new(), Config::default());
         let _ = ready_tx.send(Ok(()));
