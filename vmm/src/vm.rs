@@ -517,6 +517,17 @@ impl RunningVm {
         self.entered.duration_since(self.started)
     }
 
+    /// Drops every vsock connection (host clients see their streams close) and sends the
+    /// guest a `VIRTIO_VSOCK_EVENT_TRANSPORT_RESET` event. Fails if the VM has no vsock.
+    pub fn vsock_transport_reset(&self) -> Result<(), VmError> {
+        let h = self
+            .extra
+            .iter()
+            .find_map(|e| e.downcast_ref::<crate::devices::virtio::vsock::VsockHandle>())
+            .ok_or_else(|| VmError::Device("this VM has no vsock device".into()))?;
+        h.transport_reset().map_err(|e| VmError::Device(format!("vsock reset: {e}")))
+    }
+
     /// Guest memory (e.g. for tests that inspect it).
     pub fn memory(&self) -> &GuestMemoryMmap {
         &self.mem

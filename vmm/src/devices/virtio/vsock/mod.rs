@@ -55,6 +55,11 @@ pub const EVQ: usize = 2;
 const TOKEN_STOP: u64 = 0;
 const TOKEN_NOTIFY: u64 = 1;
 const TOKEN_WAKE: u64 = 2;
+const TOKEN_RESET: u64 = 4;
+
+/// `VIRTIO_VSOCK_EVENT_TRANSPORT_RESET` (virtio 1.2 §5.10.6.7): the driver must drop every
+/// connection and re-read the guest CID.
+pub const EVENT_TRANSPORT_RESET: u32 = 0;
 
 /// Errors setting the device up.
 #[derive(Debug, thiserror::Error)]
@@ -202,12 +207,14 @@ pub struct VsockBackend {
     /// The connections.
     pub muxer: Muxer,
     generation: u64,
+    /// A transport-reset event waits for an event-queue buffer.
+    event_pending: bool,
 }
 
 impl VsockBackend {
     /// A backend serving `transport`'s queues with `muxer`.
     pub fn new(transport: Arc<Mutex<MmioTransport>>, muxer: Muxer) -> Self {
-        Self { transport, muxer, generation: 0 }
+        Self { transport, muxer, generation: 0, event_pending: false }
     }
 
     /// Processes the queues: guest packets out, pending packets in, and
@@ -217,6 +224,7 @@ impl VsockBackend {
         if t.generation() != self.generation {
             self.generation = t.generation();
             self.muxer.reset();
+            self.event_pending = false; // A fresh driver has no connections to drop.
         }
         if !t.activated() {
             return;
@@ -224,6 +232,10 @@ impl VsockBackend {
         let mem = t.mem().clone();
         let mut used = process_tx(&mut t.queues[TXQ], &mem, &mut self.muxer);
         used |= process_rx(&mut t.queues[RXQ], &mem, &mut self.muxer);
+        if self.event_pending && post_event(&mut t.queues[EVQ], &mem, EVENT_TRANSPORT_RESET) {
+            self.event_pending = false;
+            used = true;
+        }
         if used {
             t.signal_used();
         }
@@ -231,6 +243,16 @@ impl VsockBackend {
 }
 
 impl VsockBackend {
+    /// A host-side transport reset (e.g. the host side of every connection is gone after
+    /// a restart of the host service): drops every connection, host clients included, and
+    /// tells the driver with a `VIRTIO_VSOCK_EVENT_TRANSPORT_RESET` event as soon as the
+    /// event queue has a buffer.
+    pub fn transport_reset(&mut self) {
+        self.muxer.drop_all();
+        self.event_pending = true;
+        self.process();
+    }
+
     /// Logs the queues' and connections' state (debug level; for hung-guest reports).
     pub fn log_state(&self) {
         use std::sync::atomic::Ordering;
@@ -250,12 +272,42 @@ impl VsockBackend {
     }
 }
 
+/// Puts event `id` (`struct virtio_vsock_event`, one le32) into the next event-queue
+/// buffer. False if the driver posted none (or only unusable ones: those are returned
+/// unused and the event waits).
+fn post_event(q: &mut Queue, mem: &GuestMemoryMmap, id: u32) -> bool {
+    while let Some(chain) = q.pop_descriptor_chain(mem) {
+        let head = chain.head_index();
+        let ok = well_formed(&chain)
+            && chain.clone().next().is_some_and(|d| {
+                d.is_write_only() && d.len() >= 4 && mem.write_obj(id.to_le(), d.addr()).is_ok()
+            });
+        if let Err(e) = q.add_used(mem, head, if ok { 4 } else { 0 }) {
+            tracing::warn!("vsock: event used ring update failed: {e}");
+            return false;
+        }
+        if ok {
+            return true;
+        }
+        tracing::debug!("vsock: unusable event buffer {head} returned");
+    }
+    false
+}
+
 /// The running device: its event-loop thread. Dropping it stops the thread
 /// and removes the Unix socket file.
 pub struct VsockHandle {
     stop: EventFd,
+    reset: EventFd,
     thread: Option<JoinHandle<()>>,
     uds: PathBuf,
+}
+
+impl VsockHandle {
+    /// Asks the event loop for a [`VsockBackend::transport_reset`].
+    pub fn transport_reset(&self) -> std::io::Result<()> {
+        self.reset.write(1)
+    }
 }
 
 impl Drop for VsockHandle {
@@ -291,8 +343,10 @@ pub fn spawn(
     let listener = bind(uds)?;
     let epoll = Epoll::new()?;
     let stop = EventFd::new(libc::EFD_NONBLOCK)?;
+    let reset = EventFd::new(libc::EFD_NONBLOCK)?;
     for (fd, token) in [
         (stop.as_raw_fd(), TOKEN_STOP),
+        (reset.as_raw_fd(), TOKEN_RESET),
         (notify.as_raw_fd(), TOKEN_NOTIFY),
         (wake.as_raw_fd(), TOKEN_WAKE),
     ] {
@@ -300,13 +354,14 @@ pub fn spawn(
     }
     let muxer = Muxer::new(cid, uds, Some(listener), epoll)?;
     let mut backend = VsockBackend::new(transport, muxer);
-    let thread = std::thread::Builder::new()
-        .name("kore-vsock".into())
-        .spawn(move || event_loop(&mut backend, &notify, &wake))?;
-    Ok(VsockHandle { stop, thread: Some(thread), uds: uds.to_path_buf() })
+    let thread = std::thread::Builder::new().name("kore-vsock".into()).spawn({
+        let reset = reset.try_clone()?;
+        move || event_loop(&mut backend, &notify, &wake, &reset)
+    })?;
+    Ok(VsockHandle { stop, reset, thread: Some(thread), uds: uds.to_path_buf() })
 }
 
-fn event_loop(b: &mut VsockBackend, notify: &EventFd, wake: &EventFd) {
+fn event_loop(b: &mut VsockBackend, notify: &EventFd, wake: &EventFd, reset: &EventFd) {
     let mut events = vec![EpollEvent::default(); 64];
     loop {
         let n = match b.muxer.epoll().wait(-1, &mut events) {
@@ -330,6 +385,10 @@ fn event_loop(b: &mut VsockBackend, notify: &EventFd, wake: &EventFd) {
                 }
                 TOKEN_WAKE => {
                     let _ = wake.read();
+                }
+                TOKEN_RESET => {
+                    let _ = reset.read();
+                    b.transport_reset();
                 }
                 muxer::TOKEN_LISTENER => b.muxer.accept(),
                 t => b.muxer.host_event(t, ev.event_set()),

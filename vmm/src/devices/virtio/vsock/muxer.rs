@@ -119,6 +119,16 @@ impl Muxer {
         }
     }
 
+    /// Drops every connection, host clients waiting for the guest included (a transport
+    /// reset), and everything queued for the guest.
+    pub fn drop_all(&mut self) {
+        self.ready.clear();
+        self.loose_rst.clear();
+        for t in self.conns.keys().copied().collect::<Vec<_>>() {
+            self.remove(t);
+        }
+    }
+
     /// Logs every connection's state (debug level).
     pub fn log_state(&self) {
         tracing::debug!("vsock muxer: ready {:?}, {} loose RSTs", self.ready, self.loose_rst.len());

@@ -128,6 +128,7 @@ struct Guest {
     backend: VsockBackend,
     rx: DriverQueue,
     tx: DriverQueue,
+    ev: DriverQueue,
     /// Receive buffers: head -> address.
     rx_bufs: Vec<(u16, u64)>,
     next_rx_buf: u64,
@@ -172,6 +173,7 @@ impl Guest {
             backend,
             rx: q(0x1000),
             tx: q(0x2000),
+            ev: q(0x3000),
             rx_bufs: Vec::new(),
             next_rx_buf: RX_AREA,
             next_buf: TX_AREA,
@@ -228,10 +230,11 @@ impl Guest {
     fn reinit(&mut self) {
         self.rx = DriverQueue::new(0x1000);
         self.tx = DriverQueue::new(0x2000);
+        self.ev = DriverQueue::new(0x3000);
         self.rx_bufs.clear();
         self.next_rx_buf = RX_AREA;
         // Fresh, zeroed rings, as a driver allocates them.
-        self.mem.write_slice(&[0u8; 0x3000], GuestAddress(0x1000)).unwrap();
+        self.mem.write_slice(&[0u8; 0x4000], GuestAddress(0x1000)).unwrap();
         self.init_device();
     }
 
@@ -637,4 +640,33 @@ fn reset_drops_the_guests_connections_and_keeps_waiting_clients() {
     let n = late.read(&mut line).unwrap();
     assert_eq!(&line[..n], format!("OK {hp}\n").as_bytes());
     assert_eq!(g.backend.muxer.len(), 1);
+}
+
+#[test]
+fn transport_reset_drops_everything_and_sends_the_event() {
+    let mut g = Guest::new("evreset");
+    let (mut s, _) = establish(&mut g, 64 * 1024);
+    // No event buffer yet: the event waits; then the driver posts a read-only one
+    // (returned unused) and a good one (gets the event).
+    g.backend.transport_reset();
+    let mut b = [0u8; 8];
+    assert_eq!(s.read(&mut b).unwrap(), 0, "the host client's stream is closed");
+    assert_eq!(g.backend.muxer.len(), 0);
+    assert!(g.ev.pop_used(&g.mem).is_empty(), "no buffer, no event yet");
+    let bad = g.alloc(8);
+    let good = g.alloc(8);
+    g.mem.write_obj(0xffff_ffffu32, GuestAddress(good)).unwrap();
+    g.ev.add(&g.mem, &[(bad, 8, 0)]);
+    g.ev.add(&g.mem, &[(good, 8, WRITE)]);
+    g.pump();
+    let used = g.ev.pop_used(&g.mem);
+    assert_eq!(used.iter().map(|u| u.1).collect::<Vec<_>>(), vec![0, 4], "{used:?}");
+    let id: u32 = g.mem.read_obj(GuestAddress(good)).unwrap();
+    assert_eq!(id, super::EVENT_TRANSPORT_RESET);
+    assert!(g.recv().is_empty(), "nothing for the dropped connection");
+    // One event per reset: a second buffer stays unused.
+    let more = g.alloc(8);
+    g.ev.add(&g.mem, &[(more, 8, WRITE)]);
+    g.pump();
+    assert!(g.ev.pop_used(&g.mem).is_empty());
 }
