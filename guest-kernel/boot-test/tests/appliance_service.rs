@@ -136,3 +136,63 @@ fn a_client_that_disconnects_mid_answer_cancels_its_request() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn garbage_of_every_kind_leaves_the_service_serving() {
+    let app = Appliance::boot("garbage", 2);
+    let mut c = Client::connect(&app.uds, deadline());
+    // Deterministic junk: random bytes (newlines included), invalid UTF-8, deep nesting, an
+    // over-long line (1.5 MiB; the limit is 1 MiB), wrong types and unknown ops.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut junk: Vec<u8> = (0..200_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    junk.push(b'\n');
+    junk.extend_from_slice(b"{\"id\": \"\xff\xfe\", \"prompt\": \"\xc3\x28\"}\n");
+    junk.extend(std::iter::repeat_n(b'[', 100_000));
+    junk.push(b'\n');
+    junk.extend(std::iter::repeat_n(b'x', 3 << 19));
+    junk.push(b'\n');
+    for line in [
+        r#"{"id": 1, "prompt_ids": [99999999999]}"#,
+        r#"{"id": 2, "prompt_ids": "abc"}"#,
+        r#"{"id": 3, "prompt": "hi", "max_tokens": -5}"#,
+        r#"{"id": 4, "op": "format_disk"}"#,
+        r#"{"id": 5, "prompt_ids": [1, 2], "temperature": 1e999}"#,
+        r#"{"id": 6, "messages": [{"role": "wizard", "content": 7}]}"#,
+        r#"{"cancel": {"nested": true}}"#,
+        r#"{"id": 7, "op": "bench", "prompt_tokens": 4000, "decode_tokens": 4000}"#,
+    ] {
+        junk.extend_from_slice(line.as_bytes());
+        junk.push(b'\n');
+    }
+    std::io::Write::write_all(&mut c.w, &junk).unwrap();
+    let prompt = [4071u32, 882, 198, 11];
+    c.send(&json!({"id": "ok", "prompt_ids": prompt, "max_tokens": 6}).to_string());
+    let (want, _) = host_generate(&prompt, 6);
+    let mut errors = 0;
+    let done = loop {
+        let ev = c.event();
+        if ev["id"] == json!("ok") {
+            if ev.get("delta").is_some() {
+                continue;
+            }
+            break ev;
+        }
+        assert!(ev.get("error").is_some(), "only errors answer the junk: {ev}");
+        errors += 1;
+    };
+    eprintln!("{errors} error events for the junk");
+    assert!(errors >= 9, "every junk line got its error ({errors})");
+    assert_eq!(ids(&done["token_ids"]), want, "{done}\n{}", app.console());
+    // A fresh connection is served too, and nothing panicked in the guest.
+    let mut c2 = Client::connect(&app.uds, deadline());
+    c2.send(&json!({"op": "info", "id": "i"}).to_string());
+    assert_eq!(c2.event()["info"]["vocab_size"], json!(4096));
+    assert!(!app.console().contains("panic"), "{}", app.console());
+}
