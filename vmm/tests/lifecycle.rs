@@ -131,3 +131,88 @@ fn sigterm_stops_the_vm_and_releases_its_hugepages() {
     assert!(matches!(r, Err(VmError::Stopped)), "{r:?}");
     assert_eq!(hugetlb_mapped_kb(), 0, "hugepages released after teardown");
 }
+
+/// This process's resident memory outside huge-page mappings, in kB (RSS minus guest RAM).
+fn rss_outside_hugetlb_kb() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let (mut rss, mut total) = (0u64, 0u64);
+    for l in s.lines() {
+        let mut f = l.split_whitespace();
+        match f.next() {
+            Some("Rss:") => rss = f.next().unwrap().parse().unwrap(),
+            Some("KernelPageSize:") if f.next().unwrap().parse::<u64>().unwrap() == 4 => {
+                total += rss
+            }
+            _ => {}
+        }
+    }
+    total
+}
+
+/// Figures for docs/vmm.md (run by hand: `cargo test --release -p kore-vmm --test lifecycle
+/// -- --ignored --nocapture`; `KORE_PRELOAD_FILE` picks the file to preload, default a 1 GiB
+/// temporary file): VMM start to the guest's first instruction (a marker-port write is the
+/// kernel's first instruction), the preload rate from the page cache into hugepage guest
+/// RAM, and the VMM's memory beyond guest RAM (RSS outside hugetlb mappings, the test
+/// harness included, so an upper bound).
+#[test]
+#[ignore]
+fn figures_boot_preload_memory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // mov al, 1; out 0xf5, al (marker); then the idle loop.
+    let mut code = vec![0xb0, 0x01, 0xe6, 0xf5];
+    code.extend_from_slice(&kernel_code("kore-test: idle\n", &[0xfa, 0xf4, 0xeb, 0xfd]));
+    let k = write_kernel("figures", &code);
+    let rss_before = rss_outside_hugetlb_kb();
+    let mut entry = Vec::new();
+    for _ in 0..5 {
+        let vm = Vm::start(config(&k), &mut |_| {}).expect("VM starts");
+        while vm.markers().is_empty() {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        entry.push((vm.markers()[0].1, vm.setup_time()));
+        vm.stop();
+    }
+    entry.sort();
+    eprintln!("VMM start -> first guest instruction (5 boots, 128 MiB, 1 vCPU, sorted): {entry:?}");
+    let file = std::env::var_os("KORE_PRELOAD_FILE").map(PathBuf::from).unwrap_or_else(|| {
+        let p = std::env::temp_dir().join(format!("kore-preload-{}.bin", std::process::id()));
+        let chunk: Vec<u8> = (0..1u32 << 20).map(|i| (i * 2_654_435_761 >> 24) as u8).collect();
+        let mut f = std::fs::File::create(&p).unwrap();
+        for _ in 0..1024 {
+            std::io::Write::write_all(&mut f, &chunk).unwrap();
+        }
+        p
+    });
+    let len = std::fs::metadata(&file).unwrap().len();
+    let _ = std::fs::read(&file); // into the page cache
+    for round in 0..3 {
+        let t = std::time::Instant::now();
+        let (mut first, mut last) = (None, t);
+        let vm = Vm::start(config(&k).memory_mib(256).preload(&file), &mut |p| {
+            let now = std::time::Instant::now();
+            first.get_or_insert((now, p.done));
+            last = now;
+        })
+        .expect("VM starts");
+        let load = last.duration_since(t).as_secs_f64();
+        let (t1, b1) = first.unwrap();
+        let copy = (len - b1) as f64 / last.duration_since(t1).as_secs_f64() / 1e9;
+        while vm.markers().is_empty() {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let overhead = rss_outside_hugetlb_kb().saturating_sub(rss_before);
+        eprintln!(
+            "round {round}: {len} bytes preloaded, copy rate {copy:.2} GB/s (first to last \
+             progress call), start->preload done {load:.3} s ({:.2} GB/s incl. RAM setup), \
+             start->entry {:?}, RSS outside guest RAM +{overhead} kB",
+            len as f64 / load / 1e9,
+            vm.markers()[0].1
+        );
+        vm.stop();
+    }
+    if std::env::var_os("KORE_PRELOAD_FILE").is_none() {
+        let _ = std::fs::remove_file(&file);
+    }
+    let _ = std::fs::remove_file(&k);
+}
