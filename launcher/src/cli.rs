@@ -38,9 +38,12 @@ pub enum Command {
     /// Start a background appliance.
     Up(UpArgs),
     /// Stop the background appliance.
-    Down,
+    Down(RuntimeArgs),
     /// Describe the background appliance.
-    Status(JsonFlag),
+    Status(StatusArgs),
+    /// The background appliance's process (started by `up`).
+    #[command(hide = true)]
+    Daemon(DaemonArgs),
     /// Prepare the host (hugepages, SR-IOV VF for VFIO).
     Setup(SetupArgs),
     /// Check the host and say how to fix each problem.
@@ -267,7 +270,46 @@ pub enum Quant {
 /// Arguments of `up`.
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// Pack directory or Hugging Face model directory (default: model-packs/tiny).
+    /// Run the engine in-process in the background process instead of in the guest.
+    #[arg(long)]
+    pub native: bool,
+    /// Pack directory (default: model-packs/tiny).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Directory of the pidfile and socket (default: KORE_RUNTIME_DIR, config runtime_dir, $XDG_RUNTIME_DIR/kore or /tmp/kore-$UID).
+    #[arg(long)]
+    pub runtime_dir: Option<PathBuf>,
+}
+
+/// Arguments of `down`.
+#[derive(Debug, Args)]
+pub struct RuntimeArgs {
+    /// Directory of the pidfile and socket (default: KORE_RUNTIME_DIR, config runtime_dir, $XDG_RUNTIME_DIR/kore or /tmp/kore-$UID).
+    #[arg(long)]
+    pub runtime_dir: Option<PathBuf>,
+}
+
+/// Arguments of `status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Directory of the pidfile and socket (default: KORE_RUNTIME_DIR, config runtime_dir, $XDG_RUNTIME_DIR/kore or /tmp/kore-$UID).
+    #[arg(long)]
+    pub runtime_dir: Option<PathBuf>,
+    /// Print a JSON object as the last line of stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of the hidden `daemon` command.
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Directory of the pidfile and socket.
+    #[arg(long)]
+    pub runtime_dir: PathBuf,
+    /// Run the engine in-process.
+    #[arg(long)]
+    pub native: bool,
+    /// Pack directory.
     #[arg(long)]
     pub model: Option<PathBuf>,
 }

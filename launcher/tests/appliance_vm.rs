@@ -98,3 +98,120 @@ fn generate_in_the_vm_equals_native() {
     assert!(left.is_empty(), "left behind in {}: {left:?}", runtime.display());
     let _ = std::fs::remove_dir_all(&runtime);
 }
+
+fn kore_env(args: &[&str], runtime: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kore-launch"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("KORE_") && !key.starts_with("KORE_GUEST_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.args(args).env("XDG_CONFIG_HOME", "/nonexistent").env("KORE_RUNTIME_DIR", runtime);
+    cmd
+}
+
+#[test]
+fn batch_through_the_vm_answers_every_line_in_order() {
+    if !images_present() {
+        eprintln!("SKIPPED: no guest images in target/guest or no /dev/kvm");
+        return;
+    }
+    let pack = tiny_pack().to_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("rt");
+    let (input, out_vm, out_native) =
+        (dir.path().join("in.jsonl"), dir.path().join("vm.jsonl"), dir.path().join("native.jsonl"));
+    let speakers = ["ROMEO", "JULIET", "HAMLET", "KING", "QUEEN", "MERCUTIO", "LEAR"];
+    let mut text = String::new();
+    for i in 0..20 {
+        if i == 7 {
+            text.push_str("{\"id\": 7, \"prompt\": \n"); // not JSON
+            continue;
+        }
+        let line = if i % 5 == 4 {
+            serde_json::json!({"id": i, "messages": [{"role": "user", "content": speakers[i % 7]}],
+                               "thinking": "off", "max_tokens": 6})
+        } else {
+            serde_json::json!({"id": i, "prompt": format!("{}:\n", speakers[i % 7]), "max_tokens": 6})
+        };
+        text.push_str(&format!("{line}\n"));
+    }
+    std::fs::write(&input, text).unwrap();
+    let run = |out: &Path, native: bool| {
+        let mut args = vec!["batch", input.to_str().unwrap(), "-o", out.to_str().unwrap()];
+        args.extend(["--model", &pack, "--concurrency", "4"]);
+        if native {
+            args.push("--native");
+        }
+        let o = kore_env(&args, &runtime).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let rows: Vec<Value> = std::fs::read_to_string(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        rows
+    };
+    let vm = run(&out_vm, false);
+    let native = run(&out_native, true);
+    assert_eq!(vm.len(), 20);
+    for (i, row) in vm.iter().enumerate() {
+        if i == 7 {
+            assert_eq!(row["line"], 8, "{row}");
+            assert_eq!(row["error"]["code"], "bad_json", "{row}");
+            continue;
+        }
+        assert_eq!(row["id"], i, "{row}");
+        let n = row["token_ids"].as_array().unwrap_or_else(|| panic!("no ids: {row}")).len();
+        assert!((1..=6).contains(&n), "{row}");
+        assert_eq!(
+            row["token_ids"], native[i]["token_ids"],
+            "line {i}: vm {row}\nnative {}",
+            native[i]
+        );
+        assert_eq!(row["text"], native[i]["text"], "line {i}");
+    }
+}
+
+#[test]
+fn up_generate_attaches_status_down() {
+    if !images_present() {
+        eprintln!("SKIPPED: no guest images in target/guest or no /dev/kvm");
+        return;
+    }
+    let pack = tiny_pack().to_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("rt");
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = kore_env(args, &runtime);
+        c.envs(env.iter().copied());
+        c.output().unwrap()
+    };
+    let o = run(&["up", "--model", &pack], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    struct Down<'a>(&'a dyn Fn());
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            (self.0)()
+        }
+    }
+    let down = || drop(run(&["down"], &[]));
+    let _down = Down(&down);
+    let st = last_json(&run(&["status", "--json"], &[]));
+    assert_eq!(st["running"], true, "{st}");
+    assert!(st["engine"].as_str().unwrap().contains("Kore VM"), "{st}");
+    // With image paths that do not exist, only attaching can answer.
+    let no_images =
+        [("KORE_GUEST_KERNEL", "/nonexistent/kernel"), ("KORE_GUEST_IMAGE", "/nonexistent/image")];
+    let args = ["generate", "--prompt", "ROMEO:", "--max-tokens", "8", "--json"];
+    let attached = last_json(&run(&args, &no_images));
+    let mut native_args = args.to_vec();
+    native_args.extend(["--native", "--model", &pack]);
+    let native = last_json(&run(&native_args, &[]));
+    assert_eq!(attached["token_ids"], native["token_ids"]);
+    let o = run(&["down"], &[]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("appliance stopped"), "{o:?}");
+    let st = last_json(&run(&["status", "--json"], &[]));
+    assert_eq!(st["running"], false, "{st}");
+    assert!(!runtime.join("kore.sock").exists());
+}

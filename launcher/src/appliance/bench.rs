@@ -37,7 +37,7 @@ pub fn run(
     print(&report, json)
 }
 
-/// Opens the appliance for `model` ([`Appliance::open_for`]) and runs [`run`];
+/// Opens the appliance for `model` ([`Appliance::open_with`]) and runs [`run`];
 /// what `cmd/bench.rs` calls without `--native`.
 pub fn run_for(
     model: Option<&Path>,
@@ -45,7 +45,17 @@ pub fn run_for(
     threads: Option<usize>,
     json: bool,
 ) -> Result<()> {
-    let (appliance, _) = Appliance::open_for(model)?;
+    if threads == Some(0) {
+        return Err(LaunchError::Usage("--threads must be at least 1".into()));
+    }
+    // A VM booted for the bench gets one vCPU per thread (default: all CPUs, as
+    // `bench --native`); an attached appliance measures on the vCPUs it has.
+    let overrides = crate::config::Overrides {
+        model: model.map(Path::to_path_buf),
+        vcpus: threads.and_then(|t| u32::try_from(t).ok()),
+        ..Default::default()
+    };
+    let (appliance, _) = Appliance::open_with(&overrides, false, true)?;
     let result = run(&appliance, mtp, threads, json);
     appliance.shutdown();
     result

@@ -17,6 +17,7 @@
 #![allow(dead_code)]
 
 pub mod bench;
+pub mod images;
 pub mod native;
 pub mod vm;
 
@@ -25,7 +26,8 @@ use std::path::{Path, PathBuf};
 
 use kore_service::host::ServiceHandle;
 
-pub use vm::{BootOptions, BootReport, GuestImages};
+pub use images::GuestImages;
+pub use vm::{BootOptions, BootReport};
 
 use crate::client::{Client, Connection};
 use crate::config::Settings;
@@ -33,7 +35,7 @@ use crate::error::{LaunchError, Result};
 use crate::host::HugepageSize;
 
 /// File name of the vsock socket in a runtime directory.
-pub const SOCKET_NAME: &str = "vsock.sock";
+pub const SOCKET_NAME: &str = "kore.sock";
 const MIB: u64 = 1 << 20;
 
 /// The vsock socket of the appliance kept in `runtime_dir`.
@@ -98,24 +100,50 @@ impl Appliance {
         Ok(Appliance { kind: Kind::Vm(vm::VmAppliance::boot(opts, pack)?), own_dir: None })
     }
 
-    /// The appliance a non-native command uses for `model` (default: the
-    /// configured pack): `KORE_APPLIANCE=native` runs the service in-process
-    /// (same protocol and adapters as the guest; for tests and hosts without
-    /// KVM); otherwise the appliance running in the runtime directory
-    /// (`kore-launch up`) if one answers, else the Kore VM booted for this
-    /// command. Also returns the model path the settings resolved.
-    pub fn open_for(model: Option<&Path>) -> Result<(Appliance, PathBuf)> {
-        let settings = crate::config::effective(&crate::config::Overrides {
-            model: model.map(Path::to_path_buf),
-            ..Default::default()
-        })?;
-        let path = settings.model.clone();
-        if std::env::var("KORE_APPLIANCE").is_ok_and(|v| v == "native") {
+    /// The appliance a command uses for `model` (default: the configured
+    /// pack): `native` (or `KORE_APPLIANCE=native`) runs the service
+    /// in-process (same protocol and adapters as the guest); otherwise the
+    /// appliance running in the runtime directory (`kore-launch up`) if
+    /// `attach` and one answers, else the Kore VM booted for this command.
+    /// Also returns the model path the settings resolved.
+    pub fn open_for(
+        model: Option<&Path>,
+        native: bool,
+        attach: bool,
+    ) -> Result<(Appliance, PathBuf)> {
+        let overrides =
+            crate::config::Overrides { model: model.map(Path::to_path_buf), ..Default::default() };
+        Self::open_with(&overrides, native, attach)
+    }
+
+    /// [`Appliance::open_for`] with more settings from the command line
+    /// (e.g. `vcpus` for `bench --threads`).
+    pub fn open_with(
+        overrides: &crate::config::Overrides,
+        native: bool,
+        attach: bool,
+    ) -> Result<(Appliance, PathBuf)> {
+        let settings = crate::config::effective(overrides)?;
+        // The default pack is searched for (cwd up, the executable's checkout).
+        let path = match settings.model_is_default {
+            true => crate::model::resolve(None)?,
+            false => settings.model.clone(),
+        };
+        if native || std::env::var("KORE_APPLIANCE").is_ok_and(|v| v == "native") {
             return Ok((Appliance::native(&path)?, path));
         }
-        if Appliance::is_running(&settings.runtime_dir) {
-            tracing::info!("attaching to the appliance in {}", settings.runtime_dir.display());
-            return Ok((Appliance::attach(&settings.runtime_dir)?, path));
+        if attach && Appliance::is_running(&settings.runtime_dir) {
+            let attached = Appliance::attach(&settings.runtime_dir)?;
+            let serves = attached.client()?.info()?["model"].as_str().map(str::to_owned);
+            let wanted = native::model_name(&path);
+            if settings.model_is_default || serves.as_deref() == Some(wanted.as_str()) {
+                tracing::info!("attaching to the appliance in {}", settings.runtime_dir.display());
+                return Ok((attached, path));
+            }
+            tracing::info!(
+                "the appliance in {} serves {serves:?}, not {wanted}: booting a VM for {wanted}",
+                settings.runtime_dir.display()
+            );
         }
         Ok((Appliance::boot(&settings, &path)?, path))
     }

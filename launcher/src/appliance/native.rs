@@ -57,8 +57,15 @@ pub fn spawn(path: &Path) -> Result<ServiceHandle> {
     }
 }
 
-/// The name `info` reports: the directory's name.
+/// The name `info` reports: a pack's `name` (as the guest reports it), else
+/// the directory's name.
 pub fn model_name(path: &Path) -> String {
-    let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    canonical.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+    let manifest = std::fs::read_to_string(path.join("pack.toml")).ok();
+    let pack_name = manifest
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|t| t.get("name").and_then(|n| n.as_str()).map(str::to_owned));
+    pack_name.unwrap_or_else(|| {
+        let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        canonical.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+    })
 }

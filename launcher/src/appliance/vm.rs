@@ -2,20 +2,16 @@
 //! ring-3 appliance image, the pack preloaded into guest memory (progress bar
 //! on stderr), and the vsock device's host socket in a runtime directory;
 //! waits until the guest service accepts on port 1025.
-//!
-//! Guest images are found, in order: `KORE_GUEST_KERNEL` / `KORE_GUEST_IMAGE`
-//! (each a file path), then `guest/x86_64-unknown-none/release/kore-kernel`
-//! and `guest/x86_64-unknown-linux-gnu/release/kore-appliance` under any
-//! ancestor directory of the running executable (the `target/` directory
-//! that `guest-kernel/build.sh` fills with `CARGO_TARGET_DIR=target/guest`).
+//! The guest images come from [`super::images`].
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use kore_vmm::memory::MemoryError;
 use kore_vmm::vsock::{self, ConnectError};
-use kore_vmm::{HugePageSize, RunningVm, Stopper, Vm, VmConfig};
+use kore_vmm::{HugePageSize, RunningVm, Stopper, Vm, VmConfig, VmError};
 
 use crate::error::{LaunchError, Result};
 
@@ -25,55 +21,6 @@ pub const SERVICE_PORT: u32 = 1025;
 pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// Pack files the guest reads, in preload order.
 pub const PACK_FILES: [&str; 3] = ["pack.toml", "weights.safetensors", "tokenizer.json"];
-const KERNEL_REL: &str = "guest/x86_64-unknown-none/release/kore-kernel";
-const IMAGE_REL: &str = "guest/x86_64-unknown-linux-gnu/release/kore-appliance";
-const BUILD_HINT: &str =
-    "build them with `cd guest-kernel && CARGO_TARGET_DIR=$PWD/../target/guest ./build.sh`, \
-     or set KORE_GUEST_KERNEL and KORE_GUEST_IMAGE";
-
-/// The two guest ELFs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GuestImages {
-    /// Ring-0 Kore kernel.
-    pub kernel: PathBuf,
-    /// Ring-3 appliance image.
-    pub image: PathBuf,
-}
-
-impl GuestImages {
-    /// Finds the images (see the module docs for the order).
-    pub fn locate() -> Result<GuestImages> {
-        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let exe = std::env::current_exe().ok();
-        let search = |rel: &str| {
-            exe.as_deref()
-                .into_iter()
-                .flat_map(Path::ancestors)
-                .map(|a| a.join(rel))
-                .find(|p| p.is_file())
-        };
-        let pick = |var: &str, rel: &str, what: &str| -> Result<PathBuf> {
-            if let Some(p) = env(var) {
-                return if p.is_file() {
-                    Ok(p)
-                } else {
-                    Err(LaunchError::Host(format!("{var}={}: no such file ({what})", p.display())))
-                };
-            }
-            search(rel).ok_or_else(|| {
-                LaunchError::Host(format!(
-                    "the Kore {what} was not found ({rel} next to {}); {BUILD_HINT}",
-                    exe.as_deref().map_or("kore-launch".into(), |e| e.display().to_string())
-                ))
-            })
-        };
-        Ok(GuestImages {
-            kernel: pick("KORE_GUEST_KERNEL", KERNEL_REL, "guest kernel")?,
-            image: pick("KORE_GUEST_IMAGE", IMAGE_REL, "appliance image")?,
-        })
-    }
-}
-
 /// How to boot.
 #[derive(Debug, Clone)]
 pub struct BootOptions {
@@ -86,7 +33,7 @@ pub struct BootOptions {
     /// Where the VMM creates the vsock Unix socket.
     pub socket: PathBuf,
     /// Guest images.
-    pub images: GuestImages,
+    pub images: super::GuestImages,
     /// Guest command line (empty: serve the protocol).
     pub cmdline: String,
 }
@@ -177,17 +124,7 @@ impl PreloadMeter {
 impl VmAppliance {
     /// Boots the VM with `pack` preloaded and waits until the service accepts.
     pub fn boot(opts: &BootOptions, pack: &Path) -> Result<VmAppliance> {
-        let mut config = VmConfig::new(&opts.images.kernel)
-            .user_image(&opts.images.image)
-            .vcpus(opts.vcpus)
-            .memory_mib(opts.memory_bytes.div_ceil(1 << 20))
-            .hugepages(opts.hugepages)
-            .vsock_uds(&opts.socket)
-            .cmdline(opts.cmdline.clone());
         check_pack(pack)?;
-        for f in PACK_FILES {
-            config = config.preload(pack.join(f));
-        }
         if let Some(dir) = opts.socket.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|source| LaunchError::Io { path: dir.display().to_string(), source })?;
@@ -195,8 +132,22 @@ impl VmAppliance {
         remove_stale_socket(&opts.socket)?;
         let mut meter = PreloadMeter::new();
         let started = Instant::now();
-        let vm = Vm::start(config, &mut |p| meter.update(p.done, p.total))
-            .map_err(|e| LaunchError::Host(format!("cannot boot the Kore VM: {e}")))?;
+        let mut progress = |p: kore_vmm::Progress| meter.update(p.done, p.total);
+        let vm = match Vm::start(vm_config(opts, pack, opts.hugepages), &mut progress) {
+            // No hugepages reserved (e.g. the first run on a fresh machine): ordinary
+            // pages work, only slower to fill and with more TLB misses.
+            Err(VmError::Memory(short @ MemoryError::HugepagesShort { .. }))
+                if opts.hugepages != HugePageSize::Off =>
+            {
+                eprintln!(
+                    "kore-launch: warning: {short}; booting on ordinary pages this time \
+                     (`sudo kore-launch setup` reserves hugepages)"
+                );
+                Vm::start(vm_config(opts, pack, HugePageSize::Off), &mut progress)
+            }
+            other => other,
+        }
+        .map_err(|e| LaunchError::Host(format!("cannot boot the Kore VM: {e}")))?;
         let (preload_bytes, preload_time) = meter.finish();
         let mut me = VmAppliance {
             vm: Some(vm),
@@ -298,6 +249,21 @@ impl Drop for VmAppliance {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The VMM configuration for `opts` with guest RAM on `pages`.
+fn vm_config(opts: &BootOptions, pack: &Path, pages: HugePageSize) -> VmConfig {
+    let mut config = VmConfig::new(&opts.images.kernel)
+        .user_image(&opts.images.image)
+        .vcpus(opts.vcpus)
+        .memory_mib(opts.memory_bytes.div_ceil(1 << 20))
+        .hugepages(pages)
+        .vsock_uds(&opts.socket)
+        .cmdline(opts.cmdline.clone());
+    for f in PACK_FILES {
+        config = config.preload(pack.join(f));
+    }
+    config
 }
 
 /// Fails unless `pack` has every file the guest reads.

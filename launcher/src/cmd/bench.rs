@@ -20,11 +20,12 @@ const BANDWIDTH_BYTES: usize = 1 << 30;
 /// Runs `bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
     if !args.native {
-        return Err(LaunchError::Usage(
-            "bench in the Kore guest is not available in this build yet; pass --native to measure the \
-             engine in-process on the host"
-                .into(),
-        ));
+        return crate::appliance::bench::run_for(
+            args.model.as_deref(),
+            args.mtp,
+            args.threads,
+            args.json.json,
+        );
     }
     let threads = match args.threads {
         Some(0) => return Err(LaunchError::Usage("--threads must be at least 1".into())),

@@ -252,7 +252,7 @@ fn through_appliance(args: &GenerateArgs) -> Result<()> {
     if let Some(mtp) = args.sampling.mtp {
         request["mtp"] = json!(mtp);
     }
-    let (appliance, path) = Appliance::open_for(args.model.as_deref())?;
+    let (appliance, path) = Appliance::open_for(args.model.as_deref(), false, true)?;
     let done = appliance.client()?.generate(request, |_| {})?;
     appliance.shutdown();
     // The text of the generated ids as the native path gives it (tokenizer

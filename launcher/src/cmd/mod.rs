@@ -4,16 +4,21 @@ mod batch;
 mod bench;
 mod chat;
 mod completions;
+mod daemon;
 mod doctor;
+mod down;
 mod generate;
 mod pack;
 mod session;
+mod session_appliance;
 mod session_fake;
 mod setup;
+mod status;
 mod tokenize;
+mod up;
 
 use crate::cli::{ChatArgs, Cli, Command};
-use crate::error::{LaunchError, Result};
+use crate::error::Result;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
@@ -25,15 +30,12 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Command::Batch(args)) => batch::run(args),
         Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Pack(cmd)) => pack::run(cmd),
-        Some(Command::Up(_)) | Some(Command::Down) | Some(Command::Status(_)) => {
-            Err(not_yet("up/down/status"))
-        }
+        Some(Command::Up(args)) => up::run(args, cli.verbose),
+        Some(Command::Down(args)) => down::run(args),
+        Some(Command::Status(args)) => status::run(args),
+        Some(Command::Daemon(args)) => daemon::run(args),
         Some(Command::Setup(args)) => setup::run(&args),
         Some(Command::Doctor(flag)) => doctor::run(flag),
         Some(Command::Completions { shell }) => completions::run(shell),
     }
-}
-
-fn not_yet(what: &str) -> LaunchError {
-    LaunchError::Other(format!("`{what}` is not available in this build yet"))
 }

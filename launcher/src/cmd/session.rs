@@ -14,11 +14,19 @@ use serde_json::{Map, Value};
 use crate::cli::SamplingArgs;
 use crate::error::{LaunchError, Result};
 
+/// The two byte streams of one protocol connection (from / to the service).
+pub type Streams = (Box<dyn Read + Send>, Box<dyn Write + Send>);
+
 /// Something that serves the protocol: a booted VM, an attached background
 /// appliance, an in-process engine, or the test fake.
 pub trait Backend {
+    /// Opens a new connection's byte streams (the daemon relays them).
+    fn streams(&self) -> Result<Streams>;
     /// Opens a new protocol connection.
-    fn connect(&self) -> Result<Conn>;
+    fn connect(&self) -> Result<Conn> {
+        let (reader, writer) = self.streams()?;
+        Conn::new(reader, writer)
+    }
     /// One line saying what serves the requests (for `status` and logs).
     fn describe(&self) -> String;
     /// Stops what this backend started (shuts a booted VM down cleanly);
@@ -35,23 +43,29 @@ pub struct Placement {
     pub model: Option<std::path::PathBuf>,
 }
 
-/// Opens the backend for `placement`. `KORE_LAUNCH_FAKE=echo|think` (with an
-/// optional `KORE_LAUNCH_FAKE_DELAY_MS` per engine step) selects the fake
-/// engine used by the launcher's tests, whatever the placement.
+/// Opens the backend for `placement`: with `--native` the engine in-process;
+/// otherwise the background appliance of `kore-launch up` if one answers,
+/// else the Kore VM booted for this command (`Appliance::open_for`).
+/// `KORE_LAUNCH_FAKE=echo` (with an optional `KORE_LAUNCH_FAKE_DELAY_MS` per
+/// engine step) selects the fake engine of the launcher's tests instead,
+/// whatever the placement.
 pub fn open(placement: &Placement) -> Result<Box<dyn Backend>> {
-    if let Some(kind) = std::env::var("KORE_LAUNCH_FAKE").ok().filter(|s| !s.is_empty()) {
-        let backend = super::session_fake::open(&kind)?;
-        tracing::info!("engine: {}", backend.describe());
-        return Ok(backend);
-    }
-    let where_ = if placement.native { "in-process (--native)" } else { "in the Kore guest" };
-    let model =
-        placement.model.as_deref().unwrap_or(std::path::Path::new(crate::model::DEFAULT_MODEL));
-    Err(LaunchError::Other(format!(
-        "running {} {where_} is not available in this build yet (the appliance adapters \
-         have not landed); `kore-launch generate --native` works",
-        model.display()
-    )))
+    open_with(placement, true)
+}
+
+/// Like [`open`] but never attaches to a background appliance (what the
+/// `up` daemon itself runs).
+pub fn open_fresh(placement: &Placement) -> Result<Box<dyn Backend>> {
+    open_with(placement, false)
+}
+
+fn open_with(placement: &Placement, attach: bool) -> Result<Box<dyn Backend>> {
+    let backend = match std::env::var("KORE_LAUNCH_FAKE").ok().filter(|s| !s.is_empty()) {
+        Some(kind) => super::session_fake::open(&kind)?,
+        None => super::session_appliance::open(placement, attach)?,
+    };
+    tracing::info!("engine: {}", backend.describe());
+    Ok(backend)
 }
 
 /// One event of the protocol, as the commands use it.

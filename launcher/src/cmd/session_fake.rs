@@ -16,7 +16,7 @@ use kore_service::fake::{
 use kore_service::host::{ServiceHandle, StdClock};
 use kore_service::{Config, Engine, EngineError, EngineInfo, GenParams, Service};
 
-use super::session::{Backend, Conn};
+use super::session::{Backend, Streams};
 use crate::error::{LaunchError, Result};
 
 /// Context limit the fake reports.
@@ -45,9 +45,9 @@ struct FakeBackend {
 }
 
 impl Backend for FakeBackend {
-    fn connect(&self) -> Result<Conn> {
+    fn streams(&self) -> Result<Streams> {
         let (reader, writer) = self.handle.connect().into_split();
-        Conn::new(Box::new(reader), Box::new(writer))
+        Ok((Box::new(reader), Box::new(writer)))
     }
 
     fn describe(&self) -> String {

@@ -1,0 +1,74 @@
+//! `kore-launch status [--json]`: whether a background appliance is up, and
+//! what it runs (its `info` answer: model, context, queue, connections).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use super::daemon::{Probe, Runtime};
+use super::session::Conn;
+use crate::appliance::vm::connect_service;
+use crate::cli::StatusArgs;
+use crate::error::{LaunchError, Result};
+
+/// Runs `status`. Exits 0 whether or not the appliance is up.
+pub fn run(args: StatusArgs) -> Result<()> {
+    let rt = Runtime::from_settings(args.runtime_dir)?;
+    let report = match rt.probe() {
+        Probe::Running(pid) => running(&rt, pid)?,
+        Probe::Absent => json!({"running": false, "runtime_dir": rt.dir}),
+        Probe::Stale(what) => json!({"running": false, "runtime_dir": rt.dir, "stale": what}),
+    };
+    if args.json {
+        println!("{report}");
+        return Ok(());
+    }
+    if report["running"] != true {
+        println!("no appliance is up (runtime directory {})", rt.dir.display());
+        if let Some(stale) = report["stale"].as_str() {
+            println!("stale files: {stale} (`kore-launch down` or `up` cleans them)");
+        }
+        return Ok(());
+    }
+    let info = &report["info"];
+    println!("appliance up: pid {}, {}", report["pid"], report["engine"].as_str().unwrap_or("?"));
+    println!(
+        "  model {}, context {} tokens, protocol {}",
+        info["model"], info["context_limit"], info["protocol"]
+    );
+    println!(
+        "  {} connections, {} queued, {}; up {} s",
+        info["connections"],
+        info["queued"],
+        if info["busy"] == true { "busy" } else { "idle" },
+        report["uptime_s"]
+    );
+    println!("  socket {}", report["socket"].as_str().unwrap_or("?"));
+    Ok(())
+}
+
+fn running(rt: &Runtime, pid: u32) -> Result<Value> {
+    let stream = connect_service(&rt.socket()).map_err(|e| {
+        LaunchError::Other(format!(
+            "the appliance (pid {pid}) does not answer on {}: {e}",
+            rt.socket().display()
+        ))
+    })?;
+    let reader = stream.try_clone().map_err(|e| LaunchError::Other(e.to_string()))?;
+    let mut conn = Conn::new(Box::new(reader), Box::new(stream))?;
+    let info = conn.info()?;
+    let state = rt.state().unwrap_or(Value::Null);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let uptime =
+        state["started_unix"].as_u64().map_or(Value::Null, |t| now.saturating_sub(t).into());
+    Ok(json!({
+        "running": true,
+        "pid": pid,
+        "runtime_dir": rt.dir,
+        "socket": rt.socket(),
+        "engine": state["engine"],
+        "native": state["native"],
+        "uptime_s": uptime,
+        "info": info,
+    }))
+}
