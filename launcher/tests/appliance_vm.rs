@@ -215,3 +215,29 @@ fn up_generate_attaches_status_down() {
     assert_eq!(st["running"], false, "{st}");
     assert!(!runtime.join("kore.sock").exists());
 }
+
+#[test]
+fn a_hugging_face_directory_is_imported_for_the_vm() {
+    if !images_present() {
+        eprintln!("SKIPPED: no guest images in target/guest or no /dev/kvm");
+        return;
+    }
+    let hf = root().join("model-packs/tiny-hf");
+    let hf = hf.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("rt");
+    let args = ["generate", "--model", hf, "--prompt", "JULIET:", "--max-tokens", "12", "--json"];
+    let vm = last_json(&kore_env(&args, &runtime).output().unwrap());
+    let packs: Vec<_> = std::fs::read_dir(runtime.join("packs")).unwrap().flatten().collect();
+    assert_eq!(packs.len(), 1, "one imported pack");
+    assert!(packs[0].path().join("pack.toml").is_file());
+    let mut native_args = args.to_vec();
+    native_args.push("--native");
+    let native = last_json(&kore_env(&native_args, &runtime).output().unwrap());
+    // bf16 import of a bf16 model: the same weights, the same greedy ids.
+    assert_eq!(vm["token_ids"], native["token_ids"], "vm {vm}\nnative {native}");
+    // A second run reuses the import.
+    let again = last_json(&kore_env(&args, &runtime).output().unwrap());
+    assert_eq!(again["token_ids"], vm["token_ids"]);
+    assert_eq!(std::fs::read_dir(runtime.join("packs")).unwrap().count(), 1);
+}

@@ -18,6 +18,7 @@
 
 pub mod bench;
 pub mod images;
+pub mod import;
 pub mod native;
 pub mod vm;
 
@@ -132,6 +133,11 @@ impl Appliance {
         if native || std::env::var("KORE_APPLIANCE").is_ok_and(|v| v == "native") {
             return Ok((Appliance::native(&path)?, path));
         }
+        // The guest boots packs: a Hugging Face directory is imported first.
+        let path = match import::is_hf_dir(&path) {
+            true => import::pack_for(&path, &settings.runtime_dir)?,
+            false => path,
+        };
         if attach && Appliance::is_running(&settings.runtime_dir) {
             let attached = Appliance::attach(&settings.runtime_dir)?;
             let serves = attached.client()?.info()?["model"].as_str().map(str::to_owned);
