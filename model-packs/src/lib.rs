@@ -15,6 +15,8 @@
 pub mod config;
 mod engine;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod import;
 pub mod inspect;
 pub mod manifest;

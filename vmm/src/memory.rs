@@ -127,14 +127,19 @@ pub struct GuestRam {
     pub host_addrs: Vec<u64>,
 }
 
-fn free_hugepages(size: HugePageSize) -> u64 {
-    let p = format!("/sys/kernel/mm/hugepages/{}/free_hugepages", size.sysfs_name());
+fn hugepage_count(size: HugePageSize, file: &str) -> u64 {
+    let p = format!("/sys/kernel/mm/hugepages/{}/{file}", size.sysfs_name());
     std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }
 
+/// Pages a new mapping can still get: free minus those other mappings reserved but
+/// have not touched yet (`resv_hugepages` counts inside `free_hugepages`).
+fn free_hugepages(size: HugePageSize) -> u64 {
+    hugepage_count(size, "free_hugepages").saturating_sub(hugepage_count(size, "resv_hugepages"))
+}
+
 fn nr_hugepages(size: HugePageSize) -> u64 {
-    let p = format!("/sys/kernel/mm/hugepages/{}/nr_hugepages", size.sysfs_name());
-    std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+    hugepage_count(size, "nr_hugepages")
 }
 
 fn short_error(size: HugePageSize, total: u64) -> MemoryError {
