@@ -213,7 +213,6 @@ fn echo_one(s: UnixStream, seed: u64, len: usize) -> Result<([u8; 32], [u8; 32],
 }
 
 #[test]
-#[ignore = "needs kore-demo serving modes + kore-rt run_until fix: wip/vmm-guest-demo-serve.patch"]
 fn fifty_concurrent_connections_echo_hash_checked_payloads() {
     const CONNS: usize = 50;
     let len = mib() << 20;
@@ -244,7 +243,6 @@ fn pattern(i: usize) -> u8 {
 }
 
 #[test]
-#[ignore = "needs kore-demo serving modes + kore-rt run_until fix: wip/vmm-guest-demo-serve.patch"]
 fn guest_to_host_streams_on_concurrent_connections() {
     const CONNS: usize = 8;
     let len = mib() << 20;
@@ -259,7 +257,6 @@ fn guest_to_host_streams_on_concurrent_connections() {
 }
 
 #[test]
-#[ignore = "needs kore-demo serving modes + kore-rt run_until fix: wip/vmm-guest-demo-serve.patch"]
 fn host_to_guest_streams_on_concurrent_connections() {
     const CONNS: usize = 8;
     let len = mib() << 20;

@@ -2,7 +2,8 @@
 //!
 //! It checks, in ring 3 on every vCPU: the heap, the TSC clock, an AVX-512 loop (results
 //! compared with scalar code), a parallel job over all vCPUs (including workers woken from
-//! HLT by IPI), and (command line `echo=PORT`) echoes vsock data. The command line picks
+//! HLT by IPI), and (command line `echo=PORT [conns=N] [vsock_mode=...]`) serves N vsock connections at once
+//! (see [`serve`]). The command line picks
 //! extra modes: `fault=pf` touches kernel memory (the test expects the exception report),
 //! `fault=panic` panics. Exit status 0 means every check passed; the console says what failed.
 #![no_std]
@@ -14,6 +15,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use kore_rt::{clock, println, smp};
+
+mod serve;
 
 kore_rt::main!(main);
 
@@ -41,15 +44,27 @@ fn main() -> u32 {
         }
     }
     let mut failures = 0;
-    let echo_port =
-        cmdline.split_ascii_whitespace().find_map(|a| a.strip_prefix("echo=")?.parse::<u32>().ok());
+    let arg = |key: &str| {
+        cmdline.split_ascii_whitespace().find_map(|a| a.strip_prefix(key)?.parse::<u32>().ok())
+    };
+    let echo_port = arg("echo=");
+    let echo_conns = arg("conns=").unwrap_or(1).max(1) as usize;
+    let mode = cmdline.split_ascii_whitespace().find_map(|a| a.strip_prefix("vsock_mode="));
+    let mode = match mode.map(serve::Mode::parse) {
+        None => serve::Mode::Echo,
+        Some(Some(m)) => m,
+        Some(None) => {
+            println!("kore-demo: bad vsock_mode (echo, sink or source:BYTES)");
+            return 2;
+        }
+    };
     failures += check("heap", heap_check());
     failures += check("clock", clock_check());
     failures += check("avx512", avx512_check());
     failures += check("parallel", parallel_check());
     failures += check("kernel calls", kcall_check());
     if let Some(port) = echo_port {
-        failures += check("vsock echo", echo(port));
+        failures += check("vsock echo", serve::run(port, echo_conns, mode));
     }
     println!("kore-demo: {} failure(s)", failures);
     failures
@@ -168,65 +183,6 @@ fn parallel_check() -> Result<(), &'static str> {
             return Err("not every vCPU ran the job on its own CPU");
         }
     }
-    Ok(())
-}
-
-/// Serves one vsock connection on `port`: echoes everything until the peer closes.
-fn echo(port: u32) -> Result<(), &'static str> {
-    use kore_rt::vsock;
-    let mut dev = vsock::open().map_err(|_| "no usable virtio-vsock device")?;
-    dev.sockets.listen(port).map_err(|_| "listen failed")?;
-    println!("kore-demo: vsock cid={} listening on port {port}", dev.sockets.cid());
-    let mut conn = None;
-    vsock::run_until(&mut dev, |d| {
-        conn = d.sockets.accept();
-        conn.is_some()
-    })
-    .map_err(|_| "device error while accepting")?;
-    let id = conn.ok_or("no connection")?;
-    let mut pending: Vec<u8> = Vec::new();
-    let mut total = 0usize;
-    let mut buf = alloc::vec![0u8; 64 * 1024];
-    let mut failed = false;
-    vsock::run_until(&mut dev, |d| {
-        loop {
-            match d.sockets.read(id, &mut buf) {
-                Ok(0) => break,
-                Ok(n) => pending.extend_from_slice(&buf[..n]),
-                Err(_) => break,
-            }
-        }
-        while !pending.is_empty() {
-            match d.sockets.write(id, &pending) {
-                Ok(n) => {
-                    total += n;
-                    pending.drain(..n);
-                }
-                Err(vsock::Error::WouldBlock) => break,
-                Err(_) => {
-                    failed = true;
-                    return true;
-                }
-            }
-        }
-        pending.is_empty() && d.sockets.at_eof(id)
-    })
-    .map_err(|_| "device error while echoing")?;
-    d_close(&mut dev, id)?;
-    println!("kore-demo: echoed {total} bytes");
-    if failed {
-        return Err("connection closed before everything was echoed");
-    }
-    Ok(())
-}
-
-fn d_close(
-    dev: &mut kore_rt::vsock::Device,
-    id: kore_rt::vsock::ConnId,
-) -> Result<(), &'static str> {
-    dev.sockets.close(id);
-    // Flush the SHUTDOWN/RST out before exiting.
-    while dev.poll().map_err(|_| "device error while closing")? {}
     Ok(())
 }
 

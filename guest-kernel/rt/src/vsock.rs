@@ -59,6 +59,11 @@ pub fn run_until(
     loop {
         while dev.poll()? {}
         finished = finished || done(dev);
+        // `done` may have queued packets (writes, closes, credit updates): hand them to the
+        // device before halting, or nothing would send them until an unrelated interrupt.
+        if dev.poll()? {
+            continue;
+        }
         if finished && dev.tx_idle() {
             return Ok(());
         }
