@@ -229,6 +229,9 @@ pub enum PackCommand {
         /// Output pack directory.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
+        /// Seed of the random weights: the same preset and seed give byte-identical packs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
     },
 }
 

@@ -15,7 +15,7 @@ pub fn run(cmd: PackCommand) -> Result<()> {
         PackCommand::Import(args) => import(&args),
         PackCommand::Verify { pack } => verify(&pack),
         PackCommand::Inspect { pack, json } => inspect(&pack, json.json),
-        PackCommand::Synth { preset, output } => synth(&preset, &output),
+        PackCommand::Synth { preset, output, seed } => synth(&preset, &output, seed),
     }
 }
 
@@ -113,10 +113,10 @@ fn inspect(dir: &Path, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn synth(preset: &str, out: &Path) -> Result<()> {
+fn synth(preset: &str, out: &Path, seed: u64) -> Result<()> {
     kore_pack::synth::preset(preset).map_err(|e| LaunchError::Usage(e.to_string()))?;
     let bar = Bar::default();
-    let pack = kore_pack::synth::synth(preset, out, 0, &bar).map_err(model_err)?;
+    let pack = kore_pack::synth::synth(preset, out, seed, &bar).map_err(model_err)?;
     let bytes = pack.manifest().files.get("weights.safetensors").map(|f| f.bytes).unwrap_or(0);
     println!("{}: synthetic {preset} pack, {bytes} bytes of weights", out.display());
     Ok(())
