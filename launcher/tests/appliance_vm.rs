@@ -18,7 +18,8 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn images_present() -> bool {
+/// Fails the test (never skips it) when the guest images or KVM are missing.
+fn require_images() {
     let g = root().join("target/guest");
     let kernel = std::env::var_os("KORE_GUEST_KERNEL")
         .map(PathBuf::from)
@@ -26,7 +27,13 @@ fn images_present() -> bool {
     let image = std::env::var_os("KORE_GUEST_IMAGE")
         .map(PathBuf::from)
         .unwrap_or_else(|| g.join("x86_64-unknown-linux-gnu/release/kore-appliance"));
-    kernel.is_file() && image.is_file() && Path::new("/dev/kvm").exists()
+    assert!(Path::new("/dev/kvm").exists(), "these tests boot VMs: /dev/kvm is missing");
+    assert!(
+        kernel.is_file() && image.is_file(),
+        "guest images missing ({} / {}): run guest-kernel/build.sh (scripts/test.sh does)",
+        kernel.display(),
+        image.display()
+    );
 }
 
 /// The tiny pack: model-packs/tiny once committed, else imported from tiny-hf.
@@ -70,10 +77,7 @@ fn last_json(out: &Output) -> Value {
 
 #[test]
 fn generate_in_the_vm_equals_native() {
-    if !images_present() {
-        eprintln!("SKIPPED: no guest images in target/guest or no /dev/kvm");
-        return;
-    }
+    require_images();
     let pack = tiny_pack().to_str().unwrap().to_string();
     let runtime = std::env::temp_dir().join(format!("kore-vm-test-{}", std::process::id()));
     for extra in [
@@ -112,10 +116,7 @@ fn kore_env(args: &[&str], runtime: &Path) -> Command {
 
 #[test]
 fn batch_through_the_vm_answers_every_line_in_order() {
-    if !images_present() {
-        eprintln!("SKIPPED: no guest images in target/guest or no /dev/kvm");
-        return;
-    }
+    require_images();
     let pack = tiny_pack().to_str().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let runtime = dir.path().join("rt");
@@ -175,10 +176,7 @@ fn batch_through_the_vm_answers_every_line_in_order() {
 
 #[test]
 fn up_generate_attaches_status_down() {
-    if !images_present() {
-        eprintln!("SKIPPED: no guest images in target/guest or no /dev/kvm");
-        return;
-    }
+    require_images();
     let pack = tiny_pack().to_str().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let runtime = dir.path().join("rt");
@@ -218,10 +216,7 @@ fn up_generate_attaches_status_down() {
 
 #[test]
 fn a_hugging_face_directory_is_imported_for_the_vm() {
-    if !images_present() {
-        eprintln!("SKIPPED: no guest images in target/guest or no /dev/kvm");
-        return;
-    }
+    require_images();
     let hf = root().join("model-packs/tiny-hf");
     let hf = hf.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
