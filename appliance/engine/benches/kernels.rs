@@ -1,7 +1,8 @@
 //! `cargo bench -p kore-engine --bench kernels`: plain timing (no criterion)
 //! of the matrix kernels on every supported path, in Qwen3.5-2B shapes.
 //! Prints GB/s of weights streamed for matvec and GFLOP/s for 16-token tiles.
-//! `KORE_BENCH_THREADS` sets the pool size (default: all cores).
+//! `KORE_BENCH_THREADS` sets the pool size (default: all cores);
+//! `KORE_BENCH_PATH` (`generic`, `avx2`, `avx512`) runs one path only.
 
 use std::time::Instant;
 
@@ -42,12 +43,20 @@ fn main() {
     // MLP gate of the 2B model (NVFP4) and a 64 Mi-element bf16 matrix (lm_head-like).
     let (rows, cols) = (6144 * 8, 2048);
     let packed = bytes(rows * cols / 2, 1);
-    let scales: Vec<u8> = bytes(rows * cols / 16, 2).iter().map(|b| b & 0x77).collect();
+    // E4M3 block scales with exponent 4 or 6 (normal numbers, like a real export).
+    let scales: Vec<u8> = bytes(rows * cols / 16, 2).iter().map(|b| (b & 0x17) | 0x20).collect();
     let nv = Linear::Nvfp4 { packed: &packed, scales: &scales, global_scale: 0.01, rows, cols };
-    let bf = bytes(rows * cols * 2, 3).iter().map(|b| b & 0x3F).collect::<Vec<u8>>();
+    // bf16 weights of magnitude 2^-4..2^-2 with random signs (no denormals:
+    // a denormal operand makes every FMA a microcode assist).
+    let bf = bytes(rows * cols * 2, 3)
+        .iter()
+        .enumerate()
+        .map(|(i, b)| if i % 2 == 1 { 0x3D | (b & 0x80) } else { *b })
+        .collect::<Vec<u8>>();
     let bw = Linear::Dense { dtype: DType::BF16, data: &bf, rows, cols };
     println!("threads {threads}");
-    for path in Path::ALL.into_iter().filter(|p| p.supported()) {
+    let only = std::env::var("KORE_BENCH_PATH").ok().and_then(|v| Path::from_name(v.trim()));
+    for path in Path::ALL.into_iter().filter(|p| p.supported() && only.is_none_or(|o| o == *p)) {
         for (name, w) in [("nvfp4", &nv), ("bf16", &bw)] {
             for tokens in [1usize, 16] {
                 let x = vec![0.5f32; tokens * cols];

@@ -1,23 +1,28 @@
 //! The matrix products every projection goes through.
 //!
-//! `matmul_on(pool, w, x, tokens, y)` splits the weight rows across the
-//! pool's workers; each worker streams its rows once per tile of up to
-//! [`TILE`] tokens (prefill and speculative verification read each weight
-//! once per 16 tokens). The row kernels come in a portable twin
-//! ([`generic`]) and SIMD versions (`simd::{avx2, avx512}`) chosen at run
-//! time ([`crate::simd::active`]) or forced for tests.
+//! `matmul_on(pool, w, x, tokens, y)` (or `matmuls_on` for several
+//! products in one pool run) cuts the weight rows into chunks the pool's
+//! workers take from a shared counter; a worker streams its chunk once per
+//! tile of up to [`TILE`] tokens (prefill and speculative verification read
+//! each weight from memory once, the chunk staying in cache across tiles).
+//! The row kernels come in a portable twin ([`generic`]) and SIMD versions
+//! (`simd::{avx2, avx512}`) chosen at run time ([`crate::simd::active`]) or
+//! forced for tests.
 //!
 //! ```text
 //! x [T, cols] --prepare (permute for NVFP4 SIMD)--> xp
-//! worker w: rows split(rows, w, n) x tiles of 16 tokens -> y [T, rows]
+//! worker: while chunk c = next++ : rows of c x tiles of 16 tokens -> y [T, rows]
 //! ```
 
 pub mod generic;
 
 use alloc::borrow::Cow;
 use alloc::vec;
+use alloc::vec::Vec;
+use core::ops::Range;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::pool::{split, Parallel, Serial};
+use crate::pool::{Parallel, Serial};
 use crate::simd::Path;
 use crate::tensor::DType;
 use crate::weights::Linear;
@@ -27,6 +32,11 @@ pub const TILE: usize = 16;
 
 /// Below this many multiply-adds a product runs on the caller alone.
 const PARALLEL_MIN: usize = 1 << 15;
+
+/// Weight bytes per work chunk: small enough that a worker delayed by the
+/// OS holds up little, large enough that taking a chunk (one atomic add)
+/// costs nothing; a chunk stays in L2 while every token tile passes it.
+const CHUNK_BYTES: usize = 96 << 10;
 
 /// `y[t] = W x[t]` for `tokens` rows of `x` (`[tokens, cols]` -> `[tokens, rows]`),
 /// on the calling thread with the active kernel path.
@@ -44,10 +54,36 @@ pub fn matvec(w: &Linear<'_>, x: &[f32], y: &mut [f32]) {
     matmul(w, x, 1, y);
 }
 
+/// One product of a batch: `y = W x` over the batch's token count.
+#[derive(Debug)]
+pub struct Product<'p, 'w> {
+    /// The weight `[rows, cols]`.
+    pub w: &'p Linear<'w>,
+    /// Input `[tokens, cols]`.
+    pub x: &'p [f32],
+    /// Output `[tokens, rows]`.
+    pub y: &'p mut [f32],
+}
+
+impl<'p, 'w> Product<'p, 'w> {
+    /// `y = w x`.
+    pub fn new(w: &'p Linear<'w>, x: &'p [f32], y: &'p mut [f32]) -> Self {
+        Product { w, x, y }
+    }
+}
+
+/// Several products over the same `tokens` in one pool run (for example
+/// gate and up of an MLP, or every input projection of a layer): one
+/// barrier instead of one per product, and the workers balance across all
+/// of them. Active kernel path.
+pub fn matmuls_on(pool: &dyn Parallel, tokens: usize, products: &mut [Product<'_, '_>]) {
+    matmuls_with(crate::simd::active(), pool, tokens, products);
+}
+
 /// A raw output pointer shared by workers that write disjoint elements.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
-// SAFETY: workers write disjoint row ranges of `y` (see `matmul_with`), and
+// SAFETY: workers write disjoint row ranges of `y` (see `matmuls_with`), and
 // `y` outlives `pool.run`, which returns only after every worker has finished.
 unsafe impl Sync for Out {}
 // SAFETY: as above.
@@ -65,39 +101,94 @@ pub fn matmul_with(
     tokens: usize,
     y: &mut [f32],
 ) {
-    let (rows, cols) = (w.rows(), w.cols());
-    assert_eq!(x.len(), tokens * cols, "matmul input shape");
-    assert_eq!(y.len(), tokens * rows, "matmul output shape");
+    matmuls_with(path, pool, tokens, &mut [Product { w, x, y }]);
+}
+
+/// One product as the workers see it: prepared input, output, chunking.
+struct Job<'p, 'w> {
+    w: &'p Linear<'w>,
+    xp: Cow<'p, [f32]>,
+    out: Out,
+    rows: usize,
+    chunk_rows: usize,
+    /// Index of this product's first chunk in the batch.
+    first: usize,
+}
+
+/// [`matmuls_on`] with an explicit kernel path.
+///
+/// Work is cut into chunks of about [`CHUNK_BYTES`] of weight rows, taken in
+/// order from a shared counter, so a worker the OS delays leaves its share
+/// to the others instead of holding everyone at the barrier.
+///
+/// # Panics
+/// On shape mismatches, or if `path` is not supported by this CPU.
+pub fn matmuls_with(
+    path: Path,
+    pool: &dyn Parallel,
+    tokens: usize,
+    products: &mut [Product<'_, '_>],
+) {
     assert!(path.supported(), "kernel path {} is not supported by this CPU", path.name());
-    if tokens == 0 || rows == 0 {
+    let mut jobs = Vec::with_capacity(products.len());
+    let (mut chunks, mut work) = (0, 0);
+    for p in products.iter_mut() {
+        let (rows, cols) = (p.w.rows(), p.w.cols());
+        assert_eq!(p.x.len(), tokens * cols, "matmul input shape");
+        assert_eq!(p.y.len(), tokens * rows, "matmul output shape");
+        if tokens == 0 || rows == 0 {
+            continue;
+        }
+        let row_bytes = (p.w.weight_bytes() / rows).max(1);
+        let chunk_rows = (CHUNK_BYTES / row_bytes).next_multiple_of(16).max(16);
+        let xp = prepare(path, p.w, p.x, tokens);
+        jobs.push(Job { w: p.w, xp, out: Out(p.y.as_mut_ptr()), rows, chunk_rows, first: chunks });
+        chunks += rows.div_ceil(chunk_rows);
+        work += rows * cols * tokens;
+    }
+    if jobs.is_empty() {
         return;
     }
-    let xp = prepare(path, w, x, tokens);
-    let out = Out(y.as_mut_ptr());
-    let job = |worker: usize, workers: usize| {
-        let out = out;
-        let mine = split(rows, worker, workers, 16);
-        let mut scratch = if path == Path::Generic { vec![0.0f32; cols] } else { vec![] };
-        let mut acc = [0.0f32; TILE];
-        let mut t0 = 0;
-        while t0 < tokens {
-            let n = TILE.min(tokens - t0);
-            let xt = &xp[t0 * cols..(t0 + n) * cols];
-            for r in mine.clone() {
-                row(path, w, r, xt, n, &mut acc, &mut scratch);
-                for (t, v) in acc.iter().enumerate().take(n) {
-                    // SAFETY: (t0 + t) * rows + r < tokens * rows = y.len(), and
-                    // row r belongs to this worker only.
-                    unsafe { *out.0.add((t0 + t) * rows + r) = *v };
-                }
+    let next = AtomicUsize::new(0);
+    let run = |_worker: usize, _workers: usize| {
+        let mut scratch = vec![];
+        loop {
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c >= chunks {
+                break;
             }
-            t0 += n;
+            let j = &jobs[jobs.partition_point(|j| j.first <= c) - 1];
+            let r0 = (c - j.first) * j.chunk_rows;
+            if path == Path::Generic && scratch.len() < j.w.cols() {
+                scratch.resize(j.w.cols(), 0.0);
+            }
+            rows_job(path, j, r0..j.rows.min(r0 + j.chunk_rows), tokens, &mut scratch);
         }
     };
-    if rows * cols * tokens < PARALLEL_MIN || pool.workers() == 1 {
-        job(0, 1);
+    if work < PARALLEL_MIN || pool.workers() == 1 {
+        run(0, 1);
     } else {
-        pool.run(&job);
+        pool.run(&run);
+    }
+}
+
+/// Rows `rows` of one job against every token, tile by tile.
+fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scratch: &mut [f32]) {
+    let cols = j.w.cols();
+    let mut acc = [0.0f32; TILE];
+    let mut t0 = 0;
+    while t0 < tokens {
+        let n = TILE.min(tokens - t0);
+        let xt = &j.xp[t0 * cols..(t0 + n) * cols];
+        for r in rows.clone() {
+            row(path, j.w, r, xt, n, &mut acc, scratch);
+            for (t, v) in acc.iter().enumerate().take(n) {
+                // SAFETY: (t0 + t) * rows + r < tokens * rows = y.len(), and
+                // chunk rows are handed to one worker only (shared counter).
+                unsafe { *j.out.0.add((t0 + t) * j.rows + r) = *v };
+            }
+        }
+        t0 += n;
     }
 }
 
@@ -199,6 +290,63 @@ fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut
             }
         }
     }
+}
+
+/// One token of the gated delta rule on one head's state (see
+/// [`generic::delta_step`]) with the active kernel path.
+#[allow(clippy::too_many_arguments)]
+pub fn delta_step(
+    s: &mut [f32],
+    k: &[f32],
+    q: &[f32],
+    v: &[f32],
+    g: f32,
+    beta: f32,
+    u: &mut [f32],
+    o: &mut [f32],
+) {
+    delta_step_with(crate::simd::active(), s, k, q, v, g, beta, u, o);
+}
+
+/// [`delta_step`] with an explicit kernel path (AVX-512 for `dv % 16 == 0`,
+/// else the generic twin).
+///
+/// # Panics
+/// On shape mismatches, or if `path` is not supported by this CPU.
+#[allow(clippy::too_many_arguments)]
+pub fn delta_step_with(
+    path: Path,
+    s: &mut [f32],
+    k: &[f32],
+    q: &[f32],
+    v: &[f32],
+    g: f32,
+    beta: f32,
+    u: &mut [f32],
+    o: &mut [f32],
+) {
+    let (dk, dv) = (k.len(), v.len());
+    assert!(
+        s.len() == dk * dv && q.len() == dk && u.len() >= dv && o.len() == dv,
+        "delta_step shapes"
+    );
+    assert!(path.supported(), "kernel path {} is not supported by this CPU", path.name());
+    #[cfg(target_arch = "x86_64")]
+    if path == Path::Avx512 && dv % 16 == 0 {
+        use crate::simd::avx512::delta_step as d;
+        // SAFETY: AVX-512 is supported (asserted); shapes asserted above and
+        // each `C` divides dv / 16.
+        unsafe {
+            match dv / 16 {
+                n if n % 8 == 0 => d::<8>(s, k, q, v, g, beta, o),
+                n if n % 4 == 0 => d::<4>(s, k, q, v, g, beta, o),
+                n if n % 2 == 0 => d::<2>(s, k, q, v, g, beta, o),
+                _ => d::<1>(s, k, q, v, g, beta, o),
+            }
+        }
+        return;
+    }
+    generic::delta_step(s, k, q, v, g, beta, &mut u[..dv], o);
 }
 
 /// Dot product of equal-length slices, with 8 partial sums.

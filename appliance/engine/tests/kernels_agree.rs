@@ -1,7 +1,7 @@
 //! Every SIMD kernel path agrees with the generic twin across odd shapes,
 //! token counts (tiles of 16 and their remainders) and pool sizes.
 
-use kore_engine::kernels::{matmul_with, permute_nvfp4};
+use kore_engine::kernels::{delta_step_with, matmul_with, matmuls_with, permute_nvfp4, Product};
 use kore_engine::pool::{Parallel, Serial, ThreadPool};
 use kore_engine::simd::Path;
 use kore_engine::{DType, Linear};
@@ -134,4 +134,113 @@ fn permutation_is_even_then_odd() {
     permute_nvfp4(&x, &mut out, 16);
     assert_eq!(&out[..16], &[0., 2., 4., 6., 8., 10., 12., 14., 1., 3., 5., 7., 9., 11., 13., 15.]);
     assert_eq!(&out[32..], &x[32..]);
+}
+
+#[test]
+fn chunked_batches_equal_single_products() {
+    // Large enough for many chunks per product; one batch of three products
+    // (different shapes and dtypes) gives the bits of three separate calls.
+    let mut rng = Rng(7);
+    let (cols, tokens) = (1024, 3);
+    let (r1, r2) = (2000, 700);
+    let packed = rng.bytes(r1 * cols / 2);
+    let sc = scales(&mut rng, r1 * cols / 16);
+    let a = Linear::Nvfp4 { packed: &packed, scales: &sc, global_scale: 0.5, rows: r1, cols };
+    let data = dense_bytes(&mut rng, DType::BF16, r2 * cols);
+    let b = Linear::Dense { dtype: DType::BF16, data: &data, rows: r2, cols };
+    let tiny = Linear::Dense { dtype: DType::BF16, data: &data[..2 * cols * 4], rows: 4, cols };
+    let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f()).collect();
+    let pool = ThreadPool::new(3);
+    for path in Path::ALL.into_iter().filter(|p| p.supported()) {
+        let (mut ya, mut yb, mut yt) =
+            (vec![0.0; tokens * r1], vec![0.0; tokens * r2], vec![0.0; tokens * 4]);
+        matmuls_with(
+            path,
+            &pool,
+            tokens,
+            &mut [
+                Product::new(&a, &x, &mut ya),
+                Product::new(&b, &x, &mut yb),
+                Product::new(&tiny, &x, &mut yt),
+            ],
+        );
+        for (w, y, rows) in [(&a, &ya, r1), (&b, &yb, r2), (&tiny, &yt, 4)] {
+            let mut want = vec![f32::NAN; tokens * rows];
+            matmul_with(path, &Serial, w, &x, tokens, &mut want);
+            assert_eq!(&want, y, "{} {rows} rows", path.name());
+        }
+    }
+}
+
+#[test]
+fn delta_step_paths_agree_with_generic() {
+    let mut rng = Rng(0xD317A);
+    for path in paths() {
+        for &(dk, dv) in &[(1, 16), (3, 32), (5, 48), (16, 64), (128, 128), (7, 256), (4, 8)] {
+            let mut s0: Vec<f32> = (0..dk * dv).map(|_| rng.f()).collect();
+            let mut s1 = s0.clone();
+            let (mut o0, mut o1, mut u) = (vec![0.0; dv], vec![0.0; dv], vec![0.0; dv]);
+            for step in 0..3 {
+                let k: Vec<f32> = (0..dk).map(|_| rng.f()).collect();
+                let q: Vec<f32> = (0..dk).map(|_| rng.f()).collect();
+                let v: Vec<f32> = (0..dv).map(|_| rng.f()).collect();
+                let (g, beta) = (0.5 + 0.5 * rng.f().abs(), rng.f().abs());
+                delta_step_with(Path::Generic, &mut s0, &k, &q, &v, g, beta, &mut u, &mut o0);
+                delta_step_with(path, &mut s1, &k, &q, &v, g, beta, &mut u, &mut o1);
+                // Magnitudes are O(dk): compare with a tolerance relative to them.
+                let tol = 1e-5 * (dk as f32 + 1.0);
+                for (i, (a, b)) in s0.iter().zip(&s1).enumerate() {
+                    assert!(
+                        (a - b).abs() <= tol,
+                        "{} dk {dk} dv {dv} step {step} S[{i}]: {a} vs {b}",
+                        path.name()
+                    );
+                }
+                for (i, (a, b)) in o0.iter().zip(&o1).enumerate() {
+                    assert!(
+                        (a - b).abs() <= tol * dk as f32,
+                        "{} dk {dk} dv {dv} step {step} o[{i}]: {a} vs {b}",
+                        path.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn delta_step_is_the_reference_rule() {
+    // The two-pass form against the rule as written in FACTS/transformers:
+    // S *= g; d = beta (v - S^T k); S += k d^T; o = S^T q.
+    let mut rng = Rng(99);
+    let (dk, dv) = (6, 16);
+    let s_init: Vec<f32> = (0..dk * dv).map(|_| rng.f()).collect();
+    let k: Vec<f32> = (0..dk).map(|_| rng.f()).collect();
+    let q: Vec<f32> = (0..dk).map(|_| rng.f()).collect();
+    let v: Vec<f32> = (0..dv).map(|_| rng.f()).collect();
+    let (g, beta) = (0.8f32, 0.3f32);
+    let mut s: Vec<f64> = s_init.iter().map(|&x| x as f64 * g as f64).collect();
+    let mut want_o = vec![0.0f64; dv];
+    let mut d = vec![0.0f64; dv];
+    for j in 0..dv {
+        let stk: f64 = (0..dk).map(|i| s[i * dv + j] * k[i] as f64).sum();
+        d[j] = beta as f64 * (v[j] as f64 - stk);
+    }
+    for i in 0..dk {
+        for j in 0..dv {
+            s[i * dv + j] += k[i] as f64 * d[j];
+            want_o[j] += s[i * dv + j] * q[i] as f64;
+        }
+    }
+    for path in Path::ALL.into_iter().filter(|p| p.supported()) {
+        let mut st = s_init.clone();
+        let (mut o, mut u) = (vec![0.0; dv], vec![0.0; dv]);
+        delta_step_with(path, &mut st, &k, &q, &v, g, beta, &mut u, &mut o);
+        for (a, b) in st.iter().zip(&s) {
+            assert!((*a as f64 - b).abs() < 1e-5, "{}: state {a} vs {b}", path.name());
+        }
+        for (a, b) in o.iter().zip(&want_o) {
+            assert!((*a as f64 - b).abs() < 1e-5, "{}: output {a} vs {b}", path.name());
+        }
+    }
 }

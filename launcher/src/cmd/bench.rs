@@ -32,7 +32,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(n) => n,
         None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
     };
-    let opts = BenchOptions { mtp: args.mtp.unwrap_or(0), ..BenchOptions::default() };
+    let mut opts = BenchOptions { mtp: args.mtp.unwrap_or(0), ..BenchOptions::default() };
+    if let Some(n) = env_count("KORE_BENCH_PROMPT_TOKENS")? {
+        opts.prompt_tokens = n;
+    }
+    if let Some(n) = env_count("KORE_BENCH_DECODE_TOKENS")? {
+        opts.decode_tokens = n;
+    }
     if opts.mtp > 0 {
         tracing::warn!(
             "bench --mtp is not wired to speculative decoding yet; measuring one token a step"
@@ -60,6 +66,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let report = bench::run(&model, gbps, &clock, &opts, &mut |line| eprintln!("{line}"))
         .map_err(|e| LaunchError::Other(format!("bench forward failed: {e}")))?;
     print(&report, args.json.json, pool.workers())
+}
+
+/// A positive count from the environment (quick runs: `KORE_BENCH_PROMPT_TOKENS`,
+/// `KORE_BENCH_DECODE_TOKENS`; the contract's figures use the defaults 512 and 128).
+fn env_count(name: &str) -> Result<Option<usize>> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(LaunchError::Usage(format!("{name} must be a positive integer, got {v:?}"))),
+        },
+    }
 }
 
 fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {

@@ -53,3 +53,44 @@ pub fn read_sum(buf: &[u64]) -> u64 {
     let tail = c.remainder().iter().fold(0u64, |a, b| a.wrapping_add(*b));
     acc.iter().fold(tail, |a, b| a.wrapping_add(*b))
 }
+
+/// One token of the gated delta rule on one head's state `s` (`[dk, dv]`,
+/// row `i` belongs to key dim `i`), decay `g` and write strength `beta`:
+///
+/// ```text
+/// u = S^T k                    [dv]  (old state)
+/// d = beta * (v - g * u)       [dv]  (= beta (v - (g S)^T k))
+/// S = g * S + k d^T            [dk, dv]
+/// o = S^T q                    [dv]  (new state)
+/// ```
+///
+/// `u` is scratch of `dv` floats; `o` receives the output.
+#[allow(clippy::too_many_arguments)]
+pub fn delta_step(
+    s: &mut [f32],
+    k: &[f32],
+    q: &[f32],
+    v: &[f32],
+    g: f32,
+    beta: f32,
+    u: &mut [f32],
+    o: &mut [f32],
+) {
+    let dv = v.len();
+    u.fill(0.0);
+    for (row, &ki) in s.chunks_exact(dv).zip(k) {
+        for (a, sv) in u.iter_mut().zip(row) {
+            *a += sv * ki;
+        }
+    }
+    for (d, vv) in u.iter_mut().zip(v) {
+        *d = beta * (vv - g * *d);
+    }
+    o.fill(0.0);
+    for (row, (&ki, &qi)) in s.chunks_exact_mut(dv).zip(k.iter().zip(q)) {
+        for ((sv, d), ov) in row.iter_mut().zip(&*u).zip(o.iter_mut()) {
+            *sv = g * *sv + ki * d;
+            *ov += qi * *sv;
+        }
+    }
+}

@@ -7,7 +7,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::config::ModelConfig;
-use crate::kernels::{dot, matmul_on};
+use crate::kernels::{dot, matmul_on, matmuls_on, Product};
 use crate::ops::{rms_norm_1p, rope, sigmoid, softmax};
 use crate::pool::Parallel;
 use crate::tensor::TensorSource;
@@ -67,9 +67,15 @@ impl<'a> Attention<'a> {
         let mut qg = vec![0.0; tokens * nq * hd * 2]; // [T, nq, 2, hd]: query | gate per head
         let mut k = vec![0.0; tokens * nkv * hd]; // [T, nkv, hd]
         let mut v = vec![0.0; tokens * nkv * hd]; // [T, nkv, hd]
-        matmul_on(pool, &self.q_proj, x, tokens, &mut qg);
-        matmul_on(pool, &self.k_proj, x, tokens, &mut k);
-        matmul_on(pool, &self.v_proj, x, tokens, &mut v);
+        matmuls_on(
+            pool,
+            tokens,
+            &mut [
+                Product::new(&self.q_proj, x, &mut qg),
+                Product::new(&self.k_proj, x, &mut k),
+                Product::new(&self.v_proj, x, &mut v),
+            ],
+        );
         for t in 0..tokens {
             for qh in qg[t * nq * hd * 2..(t + 1) * nq * hd * 2].chunks_exact_mut(2 * hd) {
                 rms_norm_1p(&mut qh[..hd], &self.q_norm, cfg.rms_norm_eps);

@@ -6,9 +6,9 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::config::ModelConfig;
-use crate::kernels::matmul_on;
+use crate::kernels::{matmul_on, matmuls_on, Product};
 use crate::ops::{l2_norm, rms_norm_gated, sigmoid, silu, softplus};
-use crate::pool::Parallel;
+use crate::pool::{split, Parallel};
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
 
@@ -96,43 +96,122 @@ impl<'a> DeltaNet<'a> {
         let mut z = vec![0.0; tokens * vd]; // [T, value_dim]
         let mut b = vec![0.0; tokens * hv]; // [T, Hv]
         let mut a = vec![0.0; tokens * hv]; // [T, Hv]
-        matmul_on(pool, &self.in_proj_qkv, x, tokens, &mut qkv);
-        matmul_on(pool, &self.in_proj_z, x, tokens, &mut z);
-        matmul_on(pool, &self.in_proj_b, x, tokens, &mut b);
-        matmul_on(pool, &self.in_proj_a, x, tokens, &mut a);
+        matmuls_on(
+            pool,
+            tokens,
+            &mut [
+                Product::new(&self.in_proj_qkv, x, &mut qkv),
+                Product::new(&self.in_proj_z, x, &mut z),
+                Product::new(&self.in_proj_b, x, &mut b),
+                Product::new(&self.in_proj_a, x, &mut a),
+            ],
+        );
 
-        let mut core = vec![0.0; tokens * vd]; // [T, value_dim]
+        // Conv, q/k normalisation and the per-head gates, token by token
+        // (the conv window rolls); the window after token t is checkpointed.
+        let (conv_len, rec_len) = (conv_state.len(), recurrent.len());
+        let stride = conv_len + rec_len;
+        let base = ckpt.as_deref().map_or(0, |c| c.len());
+        if let Some(c) = ckpt.as_deref_mut() {
+            c.resize(base + tokens * stride, 0.0);
+        }
+        let mut decay = vec![0.0; tokens * hv]; // [T, Hv]: exp(g)
         for t in 0..tokens {
             let row = &mut qkv[t * cd..(t + 1) * cd];
             self.conv_step(cfg, row, conv_state);
             let (q, rest) = row.split_at_mut(kd);
-            let (k, v) = rest.split_at_mut(kd);
-            self.normalize_qk(cfg, q, k);
-            let out = &mut core[t * vd..(t + 1) * vd];
-            self.delta_rule(
-                cfg,
-                q,
-                k,
-                v,
-                &b[t * hv..(t + 1) * hv],
-                &a[t * hv..(t + 1) * hv],
-                recurrent,
-                out,
-            );
-            for (o, zz) in out
-                .chunks_exact_mut(cfg.linear_value_head_dim)
-                .zip(z[t * vd..].chunks_exact(cfg.linear_value_head_dim))
-            {
-                rms_norm_gated(o, zz, &self.norm, cfg.rms_norm_eps);
+            self.normalize_qk(cfg, q, &mut rest[..kd]);
+            for h in 0..hv {
+                let (at, bt) = (&mut a[t * hv + h], &mut b[t * hv + h]);
+                decay[t * hv + h] = libm::expf(self.neg_a[h] * softplus(*at + self.dt_bias[h]));
+                *bt = sigmoid(*bt);
             }
             if let Some(c) = ckpt.as_deref_mut() {
-                c.extend_from_slice(conv_state);
-                c.extend_from_slice(recurrent);
+                let at = base + t * stride;
+                c[at..at + conv_len].copy_from_slice(conv_state);
             }
+        }
+
+        // The recurrence: value heads are independent, so workers take whole
+        // heads and run every token through them (a head's state stays in cache).
+        let mut core = vec![0.0; tokens * vd]; // [T, value_dim]
+        let ck = ckpt.map(|c| Shared(c[base..].as_mut_ptr()));
+        let (st, out) = (Shared(recurrent.as_mut_ptr()), Shared(core.as_mut_ptr()));
+        let heads = |w: usize, n: usize| {
+            let (st, out, ck) = (st, out, ck);
+            for h in split(hv, w, n, 1) {
+                // SAFETY: head h's state, its output columns and its checkpoint
+                // slices are touched by this worker only (heads split disjointly);
+                // all buffers outlive `pool.run`.
+                unsafe { self.head(cfg, h, tokens, &qkv, &z, &b, &decay, st, out, ck, conv_len) };
+            }
+        };
+        if tokens * hv * cfg.linear_key_head_dim * cfg.linear_value_head_dim < 1 << 16 {
+            heads(0, 1);
+        } else {
+            pool.run(&heads);
         }
         let mut y = vec![0.0; tokens * cfg.hidden_size];
         matmul_on(pool, &self.out_proj, &core, tokens, &mut y);
         y
+    }
+
+    /// Every token through value head `h`: the delta rule on its state, then
+    /// the gated norm of its output; records the state after each token.
+    ///
+    /// # Safety
+    /// No other thread may touch head `h`'s slices of `st` (`[Hv, dk, dv]`),
+    /// `out` (`[T, value_dim]`) or the checkpoint (`[T, conv_len + Hv*dk*dv]`)
+    /// during the call; the buffers must have those sizes.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn head(
+        &self,
+        cfg: &ModelConfig,
+        h: usize,
+        tokens: usize,
+        qkv: &[f32],
+        z: &[f32],
+        beta: &[f32],
+        decay: &[f32],
+        st: Shared,
+        out: Shared,
+        ck: Option<Shared>,
+        conv_len: usize,
+    ) {
+        let (dk, dv, hv) =
+            (cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_num_value_heads);
+        let (kd, vd, cd) = (cfg.linear_key_dim(), cfg.linear_value_dim(), cfg.linear_conv_dim());
+        let kh = h / (hv / cfg.linear_num_key_heads); // repeat_interleave: value head h reads key head h / group
+        let stride = conv_len + hv * dk * dv;
+        // SAFETY: per the contract, head h's state slice is ours alone.
+        let s = unsafe { core::slice::from_raw_parts_mut(st.0.add(h * dk * dv), dk * dv) };
+        let mut u = vec![0.0; dv];
+        for t in 0..tokens {
+            let row = &qkv[t * cd..(t + 1) * cd];
+            let q = &row[kh * dk..(kh + 1) * dk];
+            let k = &row[kd + kh * dk..kd + (kh + 1) * dk];
+            let v = &row[2 * kd + h * dv..2 * kd + (h + 1) * dv];
+            // SAFETY: output columns h*dv.. of token t are ours alone.
+            let o = unsafe { core::slice::from_raw_parts_mut(out.0.add(t * vd + h * dv), dv) };
+            let (g, bt) = (decay[t * hv + h], beta[t * hv + h]);
+            crate::kernels::delta_step(s, k, q, v, g, bt, &mut u, o);
+            rms_norm_gated(
+                o,
+                &z[t * vd + h * dv..t * vd + (h + 1) * dv],
+                &self.norm,
+                cfg.rms_norm_eps,
+            );
+            if let Some(ck) = ck {
+                // SAFETY: head h's part of token t's checkpoint is ours alone.
+                let dst = unsafe {
+                    core::slice::from_raw_parts_mut(
+                        ck.0.add(t * stride + conv_len + h * dk * dv),
+                        dk * dv,
+                    )
+                };
+                dst.copy_from_slice(s);
+            }
+        }
     }
 
     /// Causal depthwise conv + SiLU for one token, in place on `row`
@@ -165,54 +244,13 @@ impl<'a> DeltaNet<'a> {
             qh.iter_mut().for_each(|v| *v *= scale);
         }
     }
-
-    /// The gated delta rule for one token on every value head:
-    /// `S *= exp(g); d = beta (v - S^T k); S += k d^T; o = S^T q`.
-    #[allow(clippy::too_many_arguments)]
-    fn delta_rule(
-        &self,
-        cfg: &ModelConfig,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        b: &[f32],
-        a: &[f32],
-        state: &mut [f32],
-        out: &mut [f32],
-    ) {
-        let (dk, dv) = (cfg.linear_key_head_dim, cfg.linear_value_head_dim);
-        let group = cfg.linear_num_value_heads / cfg.linear_num_key_heads;
-        let mut delta = vec![0.0; dv];
-        for h in 0..cfg.linear_num_value_heads {
-            let kh = h / group; // repeat_interleave: value head h reads key head h / group
-            let (qh, khv) = (&q[kh * dk..(kh + 1) * dk], &k[kh * dk..(kh + 1) * dk]);
-            let vh = &v[h * dv..(h + 1) * dv];
-            let s = &mut state[h * dk * dv..(h + 1) * dk * dv]; // [dk, dv]
-            let decay = libm::expf(self.neg_a[h] * softplus(a[h] + self.dt_bias[h]));
-            let beta = sigmoid(b[h]);
-            s.iter_mut().for_each(|x| *x *= decay);
-            // delta = beta * (v - S^T k)
-            delta.copy_from_slice(vh);
-            for (i, &ki) in khv.iter().enumerate() {
-                for (d, sv) in delta.iter_mut().zip(&s[i * dv..(i + 1) * dv]) {
-                    *d -= sv * ki;
-                }
-            }
-            delta.iter_mut().for_each(|d| *d *= beta);
-            // S += k delta^T
-            for (i, &ki) in khv.iter().enumerate() {
-                for (sv, d) in s[i * dv..(i + 1) * dv].iter_mut().zip(&delta) {
-                    *sv += ki * d;
-                }
-            }
-            // o = S^T q
-            let o = &mut out[h * dv..(h + 1) * dv];
-            o.fill(0.0);
-            for (i, &qi) in qh.iter().enumerate() {
-                for (ov, sv) in o.iter_mut().zip(&s[i * dv..(i + 1) * dv]) {
-                    *ov += sv * qi;
-                }
-            }
-        }
-    }
 }
+
+/// A raw pointer into a buffer whose disjoint parts workers write.
+#[derive(Clone, Copy)]
+struct Shared(*mut f32);
+// SAFETY: workers only touch disjoint parts (see `DeltaNet::head`), and the
+// buffers outlive the pool run that shares the pointer.
+unsafe impl Sync for Shared {}
+// SAFETY: as above.
+unsafe impl Send for Shared {}

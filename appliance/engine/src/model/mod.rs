@@ -24,7 +24,7 @@ pub use deltanet::DeltaNet;
 pub use mtp::{MtpError, MtpState};
 
 use crate::config::{ConfigError, LayerKind, ModelConfig};
-use crate::kernels::matmul_on;
+use crate::kernels::{matmul_on, matmuls_on, Product};
 use crate::ops::{rms_norm_1p_rows, rope_inv_freq, silu};
 use crate::pool::{Parallel, PoolRef};
 use crate::state::{Checkpoints, LayerState, State};
@@ -403,8 +403,11 @@ fn mlp_forward(pool: &dyn Parallel, m: &Mlp<'_>, x: &[f32], t: usize) -> Vec<f32
     let inter = m.gate_proj.rows();
     let mut g = vec![0.0; t * inter];
     let mut u = vec![0.0; t * inter];
-    matmul_on(pool, &m.gate_proj, x, t, &mut g);
-    matmul_on(pool, &m.up_proj, x, t, &mut u);
+    matmuls_on(
+        pool,
+        t,
+        &mut [Product::new(&m.gate_proj, x, &mut g), Product::new(&m.up_proj, x, &mut u)],
+    );
     for (g, u) in g.iter_mut().zip(&u) {
         *g = silu(*g) * u;
     }

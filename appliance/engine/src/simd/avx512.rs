@@ -216,3 +216,57 @@ pub(crate) unsafe fn read_sum(buf: &[u64]) -> u64 {
         (_mm512_reduce_add_epi64(s) as u64).wrapping_add(tail)
     }
 }
+
+/// [`crate::kernels::generic::delta_step`] for `dv % 16 == 0`: column blocks
+/// of `C` vectors (`C * 16` lanes of `dv`), the state read once for `u` and
+/// once for the update and `o`.
+///
+/// # Safety
+/// AVX-512 F must be available; `dv % (16 * C) == 0`, `s.len() == k.len() * dv`,
+/// `q.len() == k.len()`, `v`, `u`, `o` hold `dv` floats.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn delta_step<const C: usize>(
+    s: &mut [f32],
+    k: &[f32],
+    q: &[f32],
+    v: &[f32],
+    g: f32,
+    beta: f32,
+    o: &mut [f32],
+) {
+    let (dk, dv) = (k.len(), v.len());
+    // SAFETY: block b covers lanes [b*16C, (b+1)*16C) < dv of every row i < dk,
+    // inside `s` (dk*dv), `v` and `o` (dv) by the preconditions.
+    unsafe {
+        let (gv, bv) = (_mm512_set1_ps(g), _mm512_set1_ps(beta));
+        let sp = s.as_mut_ptr();
+        for b in (0..dv).step_by(16 * C) {
+            let mut u = [_mm512_setzero_ps(); C];
+            for i in 0..dk {
+                let ki = _mm512_set1_ps(k[i]);
+                for (c, a) in u.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(_mm512_loadu_ps(sp.add(i * dv + b + 16 * c)), ki, *a);
+                }
+            }
+            let mut d = [_mm512_setzero_ps(); C];
+            for (c, dc) in d.iter_mut().enumerate() {
+                let vv = _mm512_loadu_ps(v.as_ptr().add(b + 16 * c));
+                *dc = _mm512_mul_ps(bv, _mm512_fnmadd_ps(gv, u[c], vv));
+            }
+            let mut acc = [_mm512_setzero_ps(); C];
+            for i in 0..dk {
+                let (ki, qi) = (_mm512_set1_ps(k[i]), _mm512_set1_ps(q[i]));
+                for c in 0..C {
+                    let p = sp.add(i * dv + b + 16 * c);
+                    let sv = _mm512_fmadd_ps(ki, d[c], _mm512_mul_ps(gv, _mm512_loadu_ps(p)));
+                    _mm512_storeu_ps(p, sv);
+                    acc[c] = _mm512_fmadd_ps(qi, sv, acc[c]);
+                }
+            }
+            for (c, a) in acc.iter().enumerate() {
+                _mm512_storeu_ps(o.as_mut_ptr().add(b + 16 * c), *a);
+            }
+        }
+    }
+}
