@@ -2,7 +2,8 @@
 //! of the matrix kernels on every supported path, in Qwen3.5-2B shapes.
 //! Prints GB/s of weights streamed for matvec and GFLOP/s for 16-token tiles.
 //! `KORE_BENCH_THREADS` sets the pool size (default: all cores);
-//! `KORE_BENCH_PATH` (`generic`, `avx2`, `avx512`) runs one path only.
+//! `KORE_BENCH_PATH` (`generic`, `avx2`, `avx512`, `avx512bf16`) runs one
+//! path only; `KORE_BENCH_ROWS` sets the row count (small = in cache).
 
 use std::time::Instant;
 
@@ -23,16 +24,35 @@ fn bytes(n: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Nanoseconds this thread has run on a CPU (`/proc/thread-self/schedstat`).
+fn cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Best time of one call over 5 timed rounds (each round repeats the call
+/// until it has run at least 20 ms, so small in-cache cases time well).
+/// With `KORE_BENCH_CPU_TIME=1` (and one thread) it is the thread's CPU
+/// time instead of wall time: other load on the machine then barely moves
+/// in-cache figures.
 fn time(f: &mut dyn FnMut()) -> f64 {
+    let cpu = std::env::var("KORE_BENCH_CPU_TIME").is_ok_and(|v| v == "1");
+    let now =
+        || if cpu { cpu_ns().unwrap_or(0) as f64 * 1e-9 } else { START.elapsed().as_secs_f64() };
     f();
     let mut best = f64::MAX;
     for _ in 0..5 {
-        let t = Instant::now();
-        f();
-        best = best.min(t.elapsed().as_secs_f64());
+        let (t, mut calls) = (now(), 0u32);
+        while calls == 0 || now() - t < 0.02 {
+            f();
+            calls += 1;
+        }
+        best = best.min((now() - t) / f64::from(calls));
     }
     best
 }
+
+static START: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
 
 fn main() {
     let threads = std::env::var("KORE_BENCH_THREADS")
@@ -41,7 +61,11 @@ fn main() {
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let pool = ThreadPool::new(threads);
     // MLP gate of the 2B model (NVFP4) and a 64 Mi-element bf16 matrix (lm_head-like).
-    let (rows, cols) = (6144 * 8, 2048);
+    // `KORE_BENCH_ROWS` shrinks the matrices until they sit in cache: then the
+    // figures are the kernels' arithmetic throughput, not memory bandwidth.
+    let rows =
+        std::env::var("KORE_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(6144 * 8);
+    let cols = 2048;
     let packed = bytes(rows * cols / 2, 1);
     // E4M3 block scales with exponent 4 or 6 (normal numbers, like a real export).
     let scales: Vec<u8> = bytes(rows * cols / 16, 2).iter().map(|b| (b & 0x17) | 0x20).collect();

@@ -192,19 +192,40 @@ fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scra
     }
 }
 
-/// Activations as the path's NVFP4 kernel wants them (see `simd::avx512`).
+/// Activations as the path's kernel for `w` wants them (see `simd::avx512`).
 fn prepare<'x>(path: Path, w: &Linear<'_>, x: &'x [f32], tokens: usize) -> Cow<'x, [f32]> {
-    let group = match (path, w) {
-        (Path::Avx512, Linear::Nvfp4 { .. }) => 32,
-        (Path::Avx2, Linear::Nvfp4 { .. }) => 16,
+    let group = match w {
+        Linear::Nvfp4 { .. } if path == Path::Avx512 => 8,
+        Linear::Nvfp4 { .. } if path == Path::Avx2 => 16,
+        Linear::Dense { dtype: DType::BF16, .. } if path == Path::Avx512 => 32,
         _ => return Cow::Borrowed(x),
     };
     let cols = w.cols();
     let mut xp = x.to_vec();
     for t in 0..tokens {
-        permute_nvfp4(&x[t * cols..(t + 1) * cols], &mut xp[t * cols..(t + 1) * cols], group);
+        let (src, dst) = (&x[t * cols..(t + 1) * cols], &mut xp[t * cols..(t + 1) * cols]);
+        if group == 8 {
+            permute_nvfp4_x8(src, dst);
+        } else {
+            permute_nvfp4(src, dst, group);
+        }
     }
     Cow::Owned(xp)
+}
+
+/// The `avx512` NVFP4 layout, per full 128-column chunk: value `16k + L` is
+/// column `8L + k` (see `simd::avx512`). A trailing partial chunk is copied
+/// unchanged.
+pub fn permute_nvfp4_x8(x: &[f32], out: &mut [f32]) {
+    let full = x.len() / 128 * 128;
+    for (src, dst) in x[..full].chunks_exact(128).zip(out[..full].chunks_exact_mut(128)) {
+        for k in 0..8 {
+            for l in 0..16 {
+                dst[16 * k + l] = src[8 * l + k];
+            }
+        }
+    }
+    out[full..].copy_from_slice(&x[full..]);
 }
 
 /// Per full `group` of columns: even columns first, then odd ones. A
@@ -219,6 +240,20 @@ pub fn permute_nvfp4(x: &[f32], out: &mut [f32], group: usize) {
         }
     }
     out[full..].copy_from_slice(&x[full..]);
+}
+
+/// Expands `$f::<N>(args)` for the runtime `n` in 1..=16.
+macro_rules! by_n {
+    ($n:expr, $($f:ident)::+, $($a:expr),*) => {
+        match $n {
+            1 => $($f)::+::<1>($($a),*), 2 => $($f)::+::<2>($($a),*), 3 => $($f)::+::<3>($($a),*),
+            4 => $($f)::+::<4>($($a),*), 5 => $($f)::+::<5>($($a),*), 6 => $($f)::+::<6>($($a),*),
+            7 => $($f)::+::<7>($($a),*), 8 => $($f)::+::<8>($($a),*), 9 => $($f)::+::<9>($($a),*),
+            10 => $($f)::+::<10>($($a),*), 11 => $($f)::+::<11>($($a),*), 12 => $($f)::+::<12>($($a),*),
+            13 => $($f)::+::<13>($($a),*), 14 => $($f)::+::<14>($($a),*), 15 => $($f)::+::<15>($($a),*),
+            _ => $($f)::+::<16>($($a),*),
+        }
+    };
 }
 
 /// One weight row against `n` tokens (`x` is `[n, cols]`, prepared).
@@ -238,20 +273,6 @@ fn row(
         #[cfg(not(target_arch = "x86_64"))]
         _ => generic::row(w, r, x, n, out, scratch),
     }
-}
-
-/// Expands `$f::<N>(args)` for the runtime `n` in 1..=16.
-macro_rules! by_n {
-    ($n:expr, $($f:ident)::+, $($a:expr),*) => {
-        match $n {
-            1 => $($f)::+::<1>($($a),*), 2 => $($f)::+::<2>($($a),*), 3 => $($f)::+::<3>($($a),*),
-            4 => $($f)::+::<4>($($a),*), 5 => $($f)::+::<5>($($a),*), 6 => $($f)::+::<6>($($a),*),
-            7 => $($f)::+::<7>($($a),*), 8 => $($f)::+::<8>($($a),*), 9 => $($f)::+::<9>($($a),*),
-            10 => $($f)::+::<10>($($a),*), 11 => $($f)::+::<11>($($a),*), 12 => $($f)::+::<12>($($a),*),
-            13 => $($f)::+::<13>($($a),*), 14 => $($f)::+::<14>($($a),*), 15 => $($f)::+::<15>($($a),*),
-            _ => $($f)::+::<16>($($a),*),
-        }
-    };
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -281,7 +302,11 @@ fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut
                 }
             };
             let d = &data[r * cols * es..(r + 1) * cols * es];
-            if path == Path::Avx512 {
+            if dtype == DType::BF16 && path == Path::Avx512 {
+                // SAFETY: path supported; `d` holds `cols` bf16 values; `prepare`
+                // permuted x per 32 columns for exactly this case.
+                unsafe { by_n!(n, avx512::bf16_row, d, cols, x, out) }
+            } else if path == Path::Avx512 {
                 // SAFETY: path supported; `d` holds `cols` elements; x is [n, cols].
                 unsafe { by_n!(n, avx512::dense_row, code, d, cols, x, out) }
             } else {

@@ -1,7 +1,9 @@
 //! Every SIMD kernel path agrees with the generic twin across odd shapes,
 //! token counts (tiles of 16 and their remainders) and pool sizes.
 
-use kore_engine::kernels::{delta_step_with, matmul_with, matmuls_with, permute_nvfp4, Product};
+use kore_engine::kernels::{
+    delta_step_with, matmul_with, matmuls_with, permute_nvfp4, permute_nvfp4_x8, Product,
+};
 use kore_engine::pool::{Parallel, Serial, ThreadPool};
 use kore_engine::simd::Path;
 use kore_engine::{DType, Linear};
@@ -49,8 +51,8 @@ fn check(path: Path, pool: &dyn Parallel, w: &Linear<'_>, rng: &mut Rng, tokens:
     let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f()).collect();
     let mut want = vec![0.0; tokens * rows];
     let mut got = vec![f32::NAN; tokens * rows];
-    matmul_with(Path::Generic, &Serial, w, &x, tokens, &mut want);
     matmul_with(path, pool, w, &x, tokens, &mut got);
+    matmul_with(Path::Generic, &Serial, w, &x, tokens, &mut want);
     let mut row = vec![0.0; cols];
     for r in 0..rows {
         w.decode_row(r, &mut row);
@@ -78,8 +80,17 @@ fn nvfp4_paths_agree_with_generic() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let pool = ThreadPool::new(3);
     for path in paths() {
-        for &(rows, cols) in &[(1, 16), (3, 48), (17, 64), (5, 80), (33, 272), (9, 1040), (4, 2064)]
-        {
+        for &(rows, cols) in &[
+            (1, 16),
+            (3, 48),
+            (17, 64),
+            (5, 80),
+            (33, 272),
+            (6, 384),
+            (2, 400),
+            (9, 1040),
+            (4, 2064),
+        ] {
             let packed = rng.bytes(rows * cols / 2);
             let sc = scales(&mut rng, rows * cols / 16);
             let gs = 0.37f32;
@@ -125,6 +136,22 @@ fn pool_split_is_exact() {
     matmul_with(path, &Serial, &w, &x, tokens, &mut a);
     matmul_with(path, &ThreadPool::new(4), &w, &x, tokens, &mut b);
     assert_eq!(a, b);
+}
+
+#[test]
+fn x8_permutation_keeps_each_lane_in_one_block() {
+    let x: Vec<f32> = (0..272).map(|i| i as f32).collect();
+    let mut out = vec![0.0; 272];
+    permute_nvfp4_x8(&x, &mut out);
+    // Value 16k + L is column 8L + k (nibble k of dword L): lane L of every
+    // vector k is inside 16-column block L / 2.
+    assert_eq!(&out[..4], &[0., 8., 16., 24.]);
+    assert_eq!(&out[16..19], &[1., 9., 17.]);
+    assert_eq!(&out[127], &127.);
+    let mut seen = out[..256].to_vec();
+    seen.sort_by(f32::total_cmp);
+    assert_eq!(seen, x[..256].to_vec(), "a permutation of each chunk");
+    assert_eq!(&out[256..], &x[256..], "the partial chunk is unchanged");
 }
 
 #[test]

@@ -13,31 +13,6 @@ use crate::weights::E4M3_TABLE;
 pub(crate) const E2M1_LUT: [f32; 16] =
     [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
 
-/// The last block when `cols % 32 == 16` (activations not permuted there):
-/// adds its contribution for `n` tokens into `out`. Plain Rust.
-pub(crate) fn nvfp4_tail_block(
-    packed: &[u8],
-    scales: &[u8],
-    gs: f32,
-    cols: usize,
-    x: &[f32],
-    n: usize,
-    out: &mut [f32; 16],
-) {
-    let b = cols / 16 - 1;
-    let s = E4M3_TABLE[scales[b] as usize] * gs;
-    let bytes = &packed[b * 8..b * 8 + 8];
-    for (t, o) in out.iter_mut().enumerate().take(n) {
-        let xr = &x[t * cols + b * 16..t * cols + b * 16 + 16];
-        let mut sum = 0.0f32;
-        for (i, &byte) in bytes.iter().enumerate() {
-            sum += E2M1_LUT[(byte & 15) as usize] * xr[2 * i];
-            sum += E2M1_LUT[(byte >> 4) as usize] * xr[2 * i + 1];
-        }
-        *o += sum * s;
-    }
-}
-
 /// One NVFP4 row against `N` tokens of activations permuted per 16 columns.
 ///
 /// # Safety

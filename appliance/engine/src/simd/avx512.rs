@@ -6,10 +6,12 @@
 //! codes to E2M1 values through a register table (bit 3 = sign), so the
 //! activations keep full f32 precision.
 //!
-//! NVFP4 activations come pre-permuted per 32 columns as
-//! `[x0 x2 .. x30 | x1 x3 .. x31]` (see `permute_nvfp4`): the low nibbles of
-//! 16 packed bytes are the even columns, the high nibbles the odd ones. Lanes
-//! 0-7 of both halves belong to the first 16-column block, 8-15 to the second.
+//! NVFP4 activations come pre-permuted per full 128 columns (see
+//! `kernels::permute_nvfp4_x8`): 64 packed bytes are 16 dwords of 8 nibbles,
+//! dword `L` holding columns `8L..8L+7`; value `16k + L` of the permuted
+//! activations is column `8L + k`, the partner of nibble `k` of dword `L`.
+//! Every lane `L` stays in 16-column block `L / 2`, so a chunk's block scales
+//! are applied once, with one FMA.
 
 use core::arch::x86_64::*;
 
@@ -21,7 +23,7 @@ use crate::weights::e4m3_to_f32;
 /// NaN codes are not special-cased).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn e4m3x16(p: *const u8, gs: __m512) -> __m512 {
+pub(super) unsafe fn e4m3x16(p: *const u8, gs: __m512) -> __m512 {
     // SAFETY: the caller guarantees 16 readable bytes at `p`.
     unsafe {
         let b = _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i));
@@ -32,27 +34,24 @@ unsafe fn e4m3x16(p: *const u8, gs: __m512) -> __m512 {
     }
 }
 
-/// Block scales of up to 64 blocks (`sc.len()`) as f32 times `gs` into `out`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn scales_to_f32(sc: &[u8], gs: f32, out: &mut [f32; 64]) {
-    let n = sc.len();
-    let mut i = 0;
-    // SAFETY: loads/stores stay inside `sc` (i + 16 <= n) and `out` (n <= 64).
-    unsafe {
-        let g = _mm512_set1_ps(gs);
-        while i + 16 <= n {
-            _mm512_storeu_ps(out.as_mut_ptr().add(i), e4m3x16(sc.as_ptr().add(i), g));
-            i += 16;
+/// Per 128-column chunk `k` of a pair: lane `L` takes scale `8k + L / 2`
+/// of the pair's 16 (lane `L` of every nibble vector is inside block `L / 2`).
+pub(super) const SCALE_IDX: [[i32; 16]; 2] = {
+    let mut t = [[0i32; 16]; 2];
+    let mut k = 0;
+    while k < 2 {
+        let mut l = 0;
+        while l < 16 {
+            t[k][l] = (8 * k + l / 2) as i32;
+            l += 1;
         }
+        k += 1;
     }
-    for j in i..n {
-        out[j] = e4m3_to_f32(sc[j]) * gs;
-    }
-}
+    t
+};
 
 /// One NVFP4 row (`packed` = cols/2 bytes, `scales` = cols/16) against `N`
-/// tokens of permuted activations `x` (`[N, cols]`); sums into `out[..N]`.
+/// tokens of permuted activations `x` (`[N, cols]`); writes `out[..N]`.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL must be available; `x.len() >= N * cols`,
@@ -66,52 +65,118 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
     x: &[f32],
     out: &mut [f32; 16],
 ) {
-    let groups = cols / 32;
-    let mut sbuf = [0.0f32; 64];
-    // SAFETY: every pointer offset below is inside the slices by the
-    // preconditions (group gi reads packed[16gi..16gi+16], x[t*cols+32gi..+32]).
+    let chunks = cols / 128;
+    // SAFETY: chunk c reads packed[64c..64c+64], scales[8c..8c+8] (16 per
+    // pair of chunks) and x[t*cols + 128c..+128], inside the slices by the
+    // preconditions.
     unsafe {
-        let lut = _mm512_loadu_ps(E2M1_LUT.as_ptr());
-        let mut acc = [_mm512_setzero_ps(); N];
-        let mut g = 0;
-        while g < groups {
-            let gend = groups.min(g + 32);
-            scales_to_f32(&scales[2 * g..2 * gend], gs, &mut sbuf);
-            for gi in g..gend {
-                let wb = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                    packed.as_ptr().add(gi * 16) as *const __m128i
-                ));
-                let wl = _mm512_permutexvar_ps(wb, lut);
-                let wh = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(wb), lut);
-                let k = 2 * (gi - g);
-                let sv = _mm512_mask_blend_ps(
-                    0xFF00,
-                    _mm512_set1_ps(sbuf[k]),
-                    _mm512_set1_ps(sbuf[k + 1]),
+        let idx: [__m512i; 2] = core::mem::transmute(SCALE_IDX);
+        let gsv = _mm512_set1_ps(gs);
+        let mut acc = [[_mm512_setzero_ps(); N]; 2];
+        let mut c = 0;
+        while c + 2 <= chunks {
+            let s16 = e4m3x16(scales.as_ptr().add(8 * c), gsv);
+            for (k, ix) in idx.iter().enumerate() {
+                let sv = _mm512_permutexvar_ps(*ix, s16);
+                nvfp4_chunk(
+                    packed.as_ptr().add(64 * (c + k)),
+                    sv,
+                    x.as_ptr().add(128 * (c + k)),
+                    cols,
+                    &mut acc[k],
                 );
-                if N == 1 {
-                    let xp = x.as_ptr().add(gi * 32);
-                    let t = _mm512_mul_ps(wl, _mm512_loadu_ps(xp));
-                    let t = _mm512_fmadd_ps(wh, _mm512_loadu_ps(xp.add(16)), t);
-                    acc[0] = _mm512_fmadd_ps(t, sv, acc[0]);
-                } else {
-                    let (wl, wh) = (_mm512_mul_ps(wl, sv), _mm512_mul_ps(wh, sv));
-                    for (t, a) in acc.iter_mut().enumerate() {
-                        let xp = x.as_ptr().add(t * cols + gi * 32);
-                        *a = _mm512_fmadd_ps(wl, _mm512_loadu_ps(xp), *a);
-                        *a = _mm512_fmadd_ps(wh, _mm512_loadu_ps(xp.add(16)), *a);
-                    }
-                }
             }
-            g = gend;
+            c += 2;
         }
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = _mm512_reduce_add_ps(a);
+        if c < chunks {
+            let s = |j: usize| e4m3_to_f32(scales[8 * c + j]) * gs;
+            #[rustfmt::skip]
+            let sv = _mm512_set_ps(
+                s(7), s(7), s(6), s(6), s(5), s(5), s(4), s(4),
+                s(3), s(3), s(2), s(2), s(1), s(1), s(0), s(0),
+            );
+            nvfp4_chunk(
+                packed.as_ptr().add(64 * c),
+                sv,
+                x.as_ptr().add(128 * c),
+                cols,
+                &mut acc[0],
+            );
+        }
+        for (t, o) in out.iter_mut().enumerate().take(N) {
+            *o = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
         }
     }
-    if cols % 32 != 0 {
-        // The last 16-column block is not permuted.
-        super::avx2::nvfp4_tail_block(packed, scales, gs, cols, x, N, out);
+    tail_blocks(packed, scales, gs, cols, x, |v| v, N, out);
+}
+
+/// One 128-column chunk: 64 packed bytes at `p` (16 dwords of 8 nibbles),
+/// scales `sv` (lane `L` = block `L / 2`), token `t`'s permuted activations
+/// at `x + t * cols`. Nibble `k` of dword `L` is column `8L + k`: shifting
+/// by `4k` and `vpermps` (which reads the low 4 index bits) decodes 16
+/// columns at once, with no byte widening.
+///
+/// # Safety
+/// AVX-512 F; 64 bytes at `p`, 128 values at `x + t * cols` for `t < N`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn nvfp4_chunk<const N: usize>(
+    p: *const u8,
+    sv: __m512,
+    x: *const f32,
+    cols: usize,
+    acc: &mut [__m512; N],
+) {
+    // SAFETY: loads stay inside the ranges the caller guarantees.
+    unsafe {
+        let lut = _mm512_loadu_ps(E2M1_LUT.as_ptr());
+        let d = _mm512_loadu_si512(p as *const __m512i);
+        let w = [
+            _mm512_permutexvar_ps(d, lut),
+            _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(d), lut),
+            _mm512_permutexvar_ps(_mm512_srli_epi32::<8>(d), lut),
+            _mm512_permutexvar_ps(_mm512_srli_epi32::<12>(d), lut),
+            _mm512_permutexvar_ps(_mm512_srli_epi32::<16>(d), lut),
+            _mm512_permutexvar_ps(_mm512_srli_epi32::<20>(d), lut),
+            _mm512_permutexvar_ps(_mm512_srli_epi32::<24>(d), lut),
+            _mm512_permutexvar_ps(_mm512_srli_epi32::<28>(d), lut),
+        ];
+        for (t, a) in acc.iter_mut().enumerate() {
+            let xp = x.add(t * cols);
+            let mut s0 = _mm512_mul_ps(w[0], _mm512_loadu_ps(xp));
+            let mut s1 = _mm512_mul_ps(w[1], _mm512_loadu_ps(xp.add(16)));
+            for k in (2..8).step_by(2) {
+                s0 = _mm512_fmadd_ps(w[k], _mm512_loadu_ps(xp.add(16 * k)), s0);
+                s1 = _mm512_fmadd_ps(w[k + 1], _mm512_loadu_ps(xp.add(16 * k + 16)), s1);
+            }
+            *a = _mm512_fmadd_ps(_mm512_add_ps(s0, s1), sv, *a);
+        }
+    }
+}
+
+/// Adds the 16-column blocks after the last full 128-column chunk (natural
+/// order; `f` reads an activation as f32) into `out[..n]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn tail_blocks<T: Copy>(
+    packed: &[u8],
+    scales: &[u8],
+    gs: f32,
+    cols: usize,
+    x: &[T],
+    f: impl Fn(T) -> f32,
+    n: usize,
+    out: &mut [f32; 16],
+) {
+    for c in (cols / 128 * 128..cols).step_by(16) {
+        let s = e4m3_to_f32(scales[c / 16]) * gs;
+        for (t, o) in out.iter_mut().enumerate().take(n) {
+            let mut sum = 0.0f32;
+            for j in c..c + 16 {
+                let code = (packed[j / 2] >> (4 * (j % 2))) & 0xF;
+                sum += E2M1_LUT[code as usize] * f(x[t * cols + j]);
+            }
+            *o += s * sum;
+        }
     }
 }
 
@@ -186,6 +251,51 @@ pub(crate) unsafe fn dense_row<const N: usize>(
         for (o, a) in out.iter_mut().zip(acc) {
             *o = _mm512_reduce_add_ps(a);
         }
+    }
+}
+
+/// One bf16 row (`row` = `cols` bf16 values as bytes) against `N` tokens of
+/// activations permuted per full 32 columns as `[x0 x2 .. x30 | x1 x3 .. x31]`
+/// (`kernels::permute_nvfp4(.., 32)`); writes `out[..N]`. A dword of two
+/// bf16 values gives the even column's f32 by a shift and the odd one's by
+/// a mask, so no widening shuffle is needed. The tail after the last full
+/// 32 columns is in natural order.
+///
+/// # Safety
+/// AVX-512 F/BW/VL must be available; `row.len() >= 2 * cols`;
+/// `x.len() >= N * cols`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn bf16_row<const N: usize>(
+    row: &[u8],
+    cols: usize,
+    x: &[f32],
+    out: &mut [f32; 16],
+) {
+    let full = cols / 32 * 32;
+    // SAFETY: block i reads row bytes [2i, 2i + 64) and x[t*cols + i..+32],
+    // i + 32 <= full <= cols.
+    unsafe {
+        let hi = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+        let mut acc = [[_mm512_setzero_ps(); N]; 2];
+        for i in (0..full).step_by(32) {
+            let d = _mm512_loadu_si512(row.as_ptr().add(2 * i) as *const __m512i);
+            let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(d));
+            let odd = _mm512_castsi512_ps(_mm512_and_si512(d, hi));
+            for t in 0..N {
+                let xp = x.as_ptr().add(t * cols + i);
+                acc[0][t] = _mm512_fmadd_ps(even, _mm512_loadu_ps(xp), acc[0][t]);
+                acc[1][t] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(xp.add(16)), acc[1][t]);
+            }
+        }
+        for (t, o) in out.iter_mut().enumerate().take(N) {
+            *o = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
+        }
+    }
+    for (t, o) in out.iter_mut().enumerate().take(N) {
+        let tail = row[2 * full..2 * cols].chunks_exact(2).zip(&x[t * cols + full..(t + 1) * cols]);
+        *o += tail
+            .map(|(b, v)| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16) * v)
+            .sum::<f32>();
     }
 }
 
