@@ -104,10 +104,128 @@ pub fn matmul_with(
     matmuls_with(path, pool, tokens, &mut [Product { w, x, y }]);
 }
 
+/// Activations as a path's kernel for one weight type wants them.
+enum Prepared<'x> {
+    /// f32, in place or permuted for the NVFP4/bf16 kernels.
+    F32(Cow<'x, [f32]>),
+    /// int8 per 16-column block, for the VNNI NVFP4 kernel.
+    Q8(Q8),
+}
+
+impl Prepared<'_> {
+    /// Tokens `t0..t0 + n` of `cols` columns each.
+    fn tile(&self, t0: usize, n: usize, cols: usize) -> Xs<'_> {
+        let r = t0 * cols..(t0 + n) * cols;
+        let g = t0 * cols / 8..(t0 + n) * cols / 8;
+        match self {
+            Prepared::F32(x) => Xs::F32(&x[r]),
+            #[cfg(target_arch = "x86_64")]
+            Prepared::Q8(q) => Xs::Q8(crate::simd::avx512vnni::Q8In {
+                q: &q.q[r],
+                corr: &q.corr[g.clone()],
+                scale: &q.scale[g],
+            }),
+            #[cfg(not(target_arch = "x86_64"))]
+            Prepared::Q8(_) => unreachable!("Q8 activations are prepared only on x86_64"),
+        }
+    }
+}
+
+/// A tile of prepared activations.
+#[derive(Clone, Copy)]
+enum Xs<'a> {
+    F32(&'a [f32]),
+    #[cfg(target_arch = "x86_64")]
+    Q8(crate::simd::avx512vnni::Q8In<'a>),
+}
+
+/// Activations quantized per 16-column block: `q = round(x * 127 / amax)`,
+/// permuted per full 128 columns as `[even | odd]`; per 8-column group
+/// `corr = OFFSET * sum(q)` and `scale = amax / 127 / 2`.
+struct Q8 {
+    q: Vec<i8>,
+    corr: Vec<i32>,
+    scale: Vec<f32>,
+}
+
+/// The int8 value and scale of every column of `x` (per 16-column block;
+/// `x.len() % 16 == 0`): what the VNNI kernel multiplies. Rounds half away
+/// from zero; a block that is all zeros or not finite gets scale 0.
+fn q8_block(blk: &[f32], q: &mut [i8; 16]) -> f32 {
+    let amax = blk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let (scale, inv) =
+        if amax > 0.0 && amax.is_finite() { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) };
+    for (o, v) in q.iter_mut().zip(blk) {
+        let y = v * inv;
+        *o = (y + if y >= 0.0 { 0.5 } else { -0.5 }).clamp(-127.0, 127.0) as i8;
+    }
+    scale
+}
+
+/// `x` as the VNNI NVFP4 kernel sees it (quantized to int8 per 16-column
+/// block and back): its twin is the generic path on these values.
+/// `x.len()` must be a multiple of 16 (NVFP4 column counts are).
+pub fn round_q8(x: &[f32]) -> Vec<f32> {
+    let mut q = [0i8; 16];
+    x.chunks(16)
+        .flat_map(|blk| {
+            let s = q8_block(blk, &mut q);
+            q.map(|v| f32::from(v) * s).into_iter().take(blk.len())
+        })
+        .collect()
+}
+
+/// Position of column `i` of a 128-column chunk in the `[even | odd]` layout.
+fn even_odd(i: usize) -> usize {
+    (i % 2) * 64 + i / 2
+}
+
+fn quantize_q8(x: &[f32], tokens: usize, cols: usize) -> Q8 {
+    let mut q = vec![0i8; tokens * cols];
+    let mut corr = vec![0i32; tokens * cols / 8];
+    let mut scale = vec![0.0f32; tokens * cols / 8];
+    let full = cols / 128 * 128;
+    let mut qb = [0i8; 16];
+    for t in 0..tokens {
+        for b in 0..cols / 16 {
+            let c0 = 16 * b;
+            let s = q8_block(&x[t * cols + c0..t * cols + c0 + 16], &mut qb);
+            let g = (t * cols + c0) / 8;
+            scale[g..g + 2].fill(0.5 * s);
+            for h in 0..2 {
+                corr[g + h] =
+                    OFFSET_Q8 * qb[8 * h..8 * h + 8].iter().map(|&v| i32::from(v)).sum::<i32>();
+            }
+            let row = &mut q[t * cols..(t + 1) * cols];
+            if c0 < full {
+                let (chunk, at) = (c0 / 128 * 128, c0 % 128);
+                for (j, v) in qb.iter().enumerate() {
+                    row[chunk + even_odd(at + j)] = *v;
+                }
+            } else {
+                row[c0..c0 + 16].copy_from_slice(&qb);
+            }
+        }
+    }
+    Q8 { q, corr, scale }
+}
+
+#[cfg(target_arch = "x86_64")]
+const OFFSET_Q8: i32 = crate::simd::avx512vnni::OFFSET;
+#[cfg(not(target_arch = "x86_64"))]
+const OFFSET_Q8: i32 = 12;
+
+/// Whether `path` quantizes the activations of products with `w` to int8
+/// (NVFP4 weights on `avx512vnni`); its result then equals the generic
+/// path's on [`round_q8`] of the activations, up to the order of the sums.
+pub fn q8_activations(path: Path, w: &Linear<'_>) -> bool {
+    path == Path::Avx512Vnni && matches!(w, Linear::Nvfp4 { .. })
+}
+
 /// One product as the workers see it: prepared input, output, chunking.
 struct Job<'p, 'w> {
     w: &'p Linear<'w>,
-    xp: Cow<'p, [f32]>,
+    xp: Prepared<'p>,
     out: Out,
     rows: usize,
     chunk_rows: usize,
@@ -179,7 +297,7 @@ fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scra
     let mut t0 = 0;
     while t0 < tokens {
         let n = TILE.min(tokens - t0);
-        let xt = &j.xp[t0 * cols..(t0 + n) * cols];
+        let xt = j.xp.tile(t0, n, cols);
         for r in rows.clone() {
             row(path, j.w, r, xt, n, &mut acc, scratch);
             for (t, v) in acc.iter().enumerate().take(n) {
@@ -193,12 +311,16 @@ fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scra
 }
 
 /// Activations as the path's kernel for `w` wants them (see `simd::avx512`).
-fn prepare<'x>(path: Path, w: &Linear<'_>, x: &'x [f32], tokens: usize) -> Cow<'x, [f32]> {
+fn prepare<'x>(path: Path, w: &Linear<'_>, x: &'x [f32], tokens: usize) -> Prepared<'x> {
+    if q8_activations(path, w) {
+        return Prepared::Q8(quantize_q8(x, tokens, w.cols()));
+    }
+    let avx512 = matches!(path, Path::Avx512 | Path::Avx512Vnni);
     let group = match w {
-        Linear::Nvfp4 { .. } if path == Path::Avx512 => 8,
+        Linear::Nvfp4 { .. } if avx512 => 8,
         Linear::Nvfp4 { .. } if path == Path::Avx2 => 16,
-        Linear::Dense { dtype: DType::BF16, .. } if path == Path::Avx512 => 32,
-        _ => return Cow::Borrowed(x),
+        Linear::Dense { dtype: DType::BF16, .. } if avx512 => 32,
+        _ => return Prepared::F32(Cow::Borrowed(x)),
     };
     let cols = w.cols();
     let mut xp = x.to_vec();
@@ -210,7 +332,7 @@ fn prepare<'x>(path: Path, w: &Linear<'_>, x: &'x [f32], tokens: usize) -> Cow<'
             permute_nvfp4(src, dst, group);
         }
     }
-    Cow::Owned(xp)
+    Prepared::F32(Cow::Owned(xp))
 }
 
 /// The `avx512` NVFP4 layout, per full 128-column chunk: value `16k + L` is
@@ -230,7 +352,7 @@ pub fn permute_nvfp4_x8(x: &[f32], out: &mut [f32]) {
 
 /// Per full `group` of columns: even columns first, then odd ones. A
 /// trailing partial group is copied unchanged.
-pub fn permute_nvfp4(x: &[f32], out: &mut [f32], group: usize) {
+pub fn permute_nvfp4<T: Copy>(x: &[T], out: &mut [T], group: usize) {
     let full = x.len() / group * group;
     for (src, dst) in x[..full].chunks_exact(group).zip(out[..full].chunks_exact_mut(group)) {
         let half = group / 2;
@@ -261,18 +383,40 @@ fn row(
     path: Path,
     w: &Linear<'_>,
     r: usize,
-    x: &[f32],
+    x: Xs<'_>,
     n: usize,
     out: &mut [f32; TILE],
     scratch: &mut [f32],
 ) {
-    match path {
-        Path::Generic => generic::row(w, r, x, n, out, scratch),
+    match (path, x) {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 | Path::Avx512 => simd_row(path, w, r, x, n, out),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => generic::row(w, r, x, n, out, scratch),
+        (_, Xs::Q8(q)) => q8_row(w, r, q, n, out),
+        #[cfg(target_arch = "x86_64")]
+        (Path::Avx2 | Path::Avx512 | Path::Avx512Vnni, Xs::F32(x)) => {
+            simd_row(path, w, r, x, n, out)
+        }
+        (_, Xs::F32(x)) => generic::row(w, r, x, n, out, scratch),
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn q8_row(
+    w: &Linear<'_>,
+    r: usize,
+    x: crate::simd::avx512vnni::Q8In<'_>,
+    n: usize,
+    out: &mut [f32; TILE],
+) {
+    use crate::simd::avx512vnni as k;
+    let Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. } = *w else {
+        unreachable!("int8 activations are prepared only for NVFP4 weights");
+    };
+    let p = &packed[r * cols / 2..(r + 1) * cols / 2];
+    let s = &scales[r * cols / 16..(r + 1) * cols / 16];
+    // SAFETY: `matmuls_with` checked the path (VNNI + VBMI) is supported;
+    // slice lengths match the kernel's preconditions (cols % 16 == 0 by load,
+    // the tile holds n tokens of q/corr/scale).
+    unsafe { by_n!(n, k::nvfp4_row, p, s, gs, cols, x, out) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -282,7 +426,7 @@ fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut
         Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. } => {
             let p = &packed[r * cols / 2..(r + 1) * cols / 2];
             let s = &scales[r * cols / 16..(r + 1) * cols / 16];
-            if path == Path::Avx512 {
+            if path != Path::Avx2 {
                 // SAFETY: `matmul_with` checked the path is supported; slice
                 // lengths match the kernel's preconditions (cols % 16 == 0 by load).
                 unsafe { by_n!(n, avx512::nvfp4_row, p, s, gs, cols, x, out) }
@@ -302,11 +446,11 @@ fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut
                 }
             };
             let d = &data[r * cols * es..(r + 1) * cols * es];
-            if dtype == DType::BF16 && path == Path::Avx512 {
+            if dtype == DType::BF16 && path != Path::Avx2 {
                 // SAFETY: path supported; `d` holds `cols` bf16 values; `prepare`
                 // permuted x per 32 columns for exactly this case.
                 unsafe { by_n!(n, avx512::bf16_row, d, cols, x, out) }
-            } else if path == Path::Avx512 {
+            } else if path != Path::Avx2 {
                 // SAFETY: path supported; `d` holds `cols` elements; x is [n, cols].
                 unsafe { by_n!(n, avx512::dense_row, code, d, cols, x, out) }
             } else {
@@ -357,7 +501,7 @@ pub fn delta_step_with(
     );
     assert!(path.supported(), "kernel path {} is not supported by this CPU", path.name());
     #[cfg(target_arch = "x86_64")]
-    if path == Path::Avx512 && dv % 16 == 0 {
+    if matches!(path, Path::Avx512 | Path::Avx512Vnni) && dv % 16 == 0 {
         use crate::simd::avx512::delta_step as d;
         // SAFETY: AVX-512 is supported (asserted); shapes asserted above and
         // each `C` divides dv / 16.

@@ -2,7 +2,8 @@
 //! token counts (tiles of 16 and their remainders) and pool sizes.
 
 use kore_engine::kernels::{
-    delta_step_with, matmul_with, matmuls_with, permute_nvfp4, permute_nvfp4_x8, Product,
+    delta_step_with, matmul_with, matmuls_with, permute_nvfp4, permute_nvfp4_x8, q8_activations,
+    round_q8, Product,
 };
 use kore_engine::pool::{Parallel, Serial, ThreadPool};
 use kore_engine::simd::Path;
@@ -45,13 +46,16 @@ fn scales(rng: &mut Rng, n: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Generic-vs-path check of `y` for a weight with elementwise `|W|`.
+/// Generic-vs-path check of `y` for a weight with elementwise `|W|`. A path
+/// that quantizes activations to int8 is checked against the generic path
+/// on the dequantized activations (its twin), with the same tight tolerance.
 fn check(path: Path, pool: &dyn Parallel, w: &Linear<'_>, rng: &mut Rng, tokens: usize) {
     let (rows, cols) = (w.rows(), w.cols());
     let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f()).collect();
     let mut want = vec![0.0; tokens * rows];
     let mut got = vec![f32::NAN; tokens * rows];
     matmul_with(path, pool, w, &x, tokens, &mut got);
+    let x = if q8_activations(path, w) { x.chunks(cols).flat_map(round_q8).collect() } else { x };
     matmul_with(Path::Generic, &Serial, w, &x, tokens, &mut want);
     let mut row = vec![0.0; cols];
     for r in 0..rows {
@@ -136,6 +140,26 @@ fn pool_split_is_exact() {
     matmul_with(path, &Serial, &w, &x, tokens, &mut a);
     matmul_with(path, &ThreadPool::new(4), &w, &x, tokens, &mut b);
     assert_eq!(a, b);
+}
+
+#[test]
+fn q8_rounding_is_per_block_absmax() {
+    let mut x = vec![0.0f32; 32];
+    x[0] = 1.0;
+    x[1] = 0.5;
+    x[2] = -0.25;
+    x[3] = 1.0 / 254.0 + 1e-6; // just above half a step: rounds to one step
+    x[16] = -3.0; // the second block has its own scale
+    x[17] = 1e-3;
+    let r = round_q8(&x);
+    let step = 1.0 / 127.0;
+    assert_eq!(r[0], 1.0);
+    assert!((r[1] - 64.0 * step).abs() < 1e-7, "{}", r[1]);
+    assert!((r[2] + 32.0 * step).abs() < 1e-7, "{}", r[2]);
+    assert!((r[3] - step).abs() < 1e-7, "{}", r[3]);
+    assert_eq!(r[16], -3.0);
+    assert_eq!(r[17], 0.0, "below half a step of the block's scale");
+    assert!(round_q8(&[0.0; 16]).iter().all(|v| *v == 0.0));
 }
 
 #[test]

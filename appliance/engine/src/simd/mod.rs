@@ -10,6 +10,8 @@ use core::sync::atomic::{AtomicU8, Ordering};
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512vnni;
 
 /// A kernel implementation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -20,11 +22,15 @@ pub enum Path {
     Avx2,
     /// AVX-512 F/BW/VL.
     Avx512,
+    /// AVX-512 plus VNNI and VBMI: NVFP4 products on int8 activations
+    /// (quantized per 16-column block, as llama.cpp's 4-bit types do); every
+    /// other product as [`Path::Avx512`].
+    Avx512Vnni,
 }
 
 impl Path {
     /// Every path, fastest last.
-    pub const ALL: [Path; 3] = [Path::Generic, Path::Avx2, Path::Avx512];
+    pub const ALL: [Path; 4] = [Path::Generic, Path::Avx2, Path::Avx512, Path::Avx512Vnni];
 
     /// Lower-case name (`generic`, `avx2`, `avx512`).
     pub fn name(self) -> &'static str {
@@ -32,6 +38,7 @@ impl Path {
             Path::Generic => "generic",
             Path::Avx2 => "avx2",
             Path::Avx512 => "avx512",
+            Path::Avx512Vnni => "avx512vnni",
         }
     }
 
@@ -46,6 +53,7 @@ impl Path {
             Path::Generic => true,
             Path::Avx2 => features().avx2,
             Path::Avx512 => features().avx512,
+            Path::Avx512Vnni => features().avx512vnni,
         }
     }
 
@@ -54,6 +62,7 @@ impl Path {
             Path::Generic => 1,
             Path::Avx2 => 2,
             Path::Avx512 => 3,
+            Path::Avx512Vnni => 4,
         }
     }
 
@@ -62,6 +71,7 @@ impl Path {
             1 => Some(Path::Generic),
             2 => Some(Path::Avx2),
             3 => Some(Path::Avx512),
+            4 => Some(Path::Avx512Vnni),
             _ => None,
         }
     }
@@ -74,9 +84,11 @@ pub struct Features {
     pub avx2: bool,
     /// AVX-512 F, BW, VL (and `avx2`), with ZMM state enabled in XCR0.
     pub avx512: bool,
+    /// AVX512-VNNI and AVX512-VBMI (and `avx512`).
+    pub avx512vnni: bool,
 }
 
-/// 0 = not detected yet; else bit 0 set plus bit 1 avx2, bit 2 avx512.
+/// 0 = not detected yet; else bit 0 set plus bit 1 avx2, bit 2 avx512, bit 3 avx512vnni.
 static FEATURES: AtomicU8 = AtomicU8::new(0);
 /// 0 = not read yet; `AUTO`; else a forced `Path::code`.
 static FORCED: AtomicU8 = AtomicU8::new(0);
@@ -87,10 +99,11 @@ pub fn features() -> Features {
     let mut bits = FEATURES.load(Ordering::Relaxed);
     if bits == 0 {
         let f = detect();
-        bits = 1 | (u8::from(f.avx2) << 1) | (u8::from(f.avx512) << 2);
+        bits =
+            1 | (u8::from(f.avx2) << 1) | (u8::from(f.avx512) << 2) | (u8::from(f.avx512vnni) << 3);
         FEATURES.store(bits, Ordering::Relaxed);
     }
-    Features { avx2: bits & 2 != 0, avx512: bits & 4 != 0 }
+    Features { avx2: bits & 2 != 0, avx512: bits & 4 != 0, avx512vnni: bits & 8 != 0 }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -119,7 +132,9 @@ fn detect() -> Features {
     let f = l7.ebx & (1 << 16) != 0;
     let bw = l7.ebx & (1 << 30) != 0;
     let vl = l7.ebx & (1 << 31) != 0;
-    Features { avx2, avx512: avx2 && zmm && f && bw && vl }
+    let avx512 = avx2 && zmm && f && bw && vl;
+    let (vbmi, vnni) = (l7.ecx & (1 << 1) != 0, l7.ecx & (1 << 11) != 0);
+    Features { avx2, avx512, avx512vnni: avx512 && vbmi && vnni }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -145,7 +160,9 @@ unsafe fn xgetbv0() -> u64 {
 /// The fastest path this CPU supports.
 pub fn best() -> Path {
     let f = features();
-    if f.avx512 {
+    if f.avx512vnni {
+        Path::Avx512Vnni
+    } else if f.avx512 {
         Path::Avx512
     } else if f.avx2 {
         Path::Avx2
@@ -156,7 +173,7 @@ pub fn best() -> Path {
 
 /// The path `kernels::matmul` uses: the forced one, else [`best`]. With
 /// feature `std` the environment variable `KORE_KERNELS` (`generic`, `avx2`,
-/// `avx512`) forces the initial choice when this CPU supports it.
+/// `avx512`, `avx512vnni`) forces the initial choice when this CPU supports it.
 pub fn active() -> Path {
     let mut code = FORCED.load(Ordering::Relaxed);
     if code == 0 {
