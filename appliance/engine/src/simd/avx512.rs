@@ -72,6 +72,9 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
     unsafe {
         let idx: [__m512i; 2] = core::mem::transmute(SCALE_IDX);
         let gsv = _mm512_set1_ps(gs);
+        // Two sets of accumulators hide the FMA latency for one token; with
+        // more tokens they are independent already and a second set would
+        // only spill registers (16 tokens x 2 sets = all 32 of them).
         let mut acc = [[_mm512_setzero_ps(); N]; 2];
         let mut c = 0;
         while c + 2 <= chunks {
@@ -83,7 +86,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
                     sv,
                     x.as_ptr().add(128 * (c + k)),
                     cols,
-                    &mut acc[k],
+                    &mut acc[if N == 1 { k } else { 0 }],
                 );
             }
             c += 2;
@@ -284,7 +287,8 @@ pub(crate) unsafe fn bf16_row<const N: usize>(
             for t in 0..N {
                 let xp = x.as_ptr().add(t * cols + i);
                 acc[0][t] = _mm512_fmadd_ps(even, _mm512_loadu_ps(xp), acc[0][t]);
-                acc[1][t] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(xp.add(16)), acc[1][t]);
+                let h = usize::from(N == 1); // see `nvfp4_row` on accumulator sets
+                acc[h][t] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(xp.add(16)), acc[h][t]);
             }
         }
         for (t, o) in out.iter_mut().enumerate().take(N) {

@@ -71,13 +71,23 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
     unsafe {
         let idx: [__m512i; 2] = transmute(SCALE_IDX);
         let gsv = _mm512_set1_ps(gs);
+        // Two sets of accumulators hide the FMA latency for one token; with
+        // more tokens they are independent already and a second set would
+        // only spill registers (16 tokens x 2 sets = all 32 of them).
         let mut acc = [[_mm512_setzero_ps(); N]; 2];
         let mut c = 0;
         while c + 2 <= chunks {
             let s16 = e4m3x16(scales.as_ptr().add(8 * c), gsv);
             for (k, ix) in idx.iter().enumerate() {
                 let sv = _mm512_permutexvar_ps(*ix, s16);
-                chunk(packed.as_ptr().add(64 * (c + k)), sv, x, c + k, cols, &mut acc[k]);
+                chunk(
+                    packed.as_ptr().add(64 * (c + k)),
+                    sv,
+                    x,
+                    c + k,
+                    cols,
+                    &mut acc[if N == 1 { k } else { 0 }],
+                );
             }
             c += 2;
         }
