@@ -6,6 +6,10 @@
 //! 1. read bandwidth over a buffer of `buffer_bytes` (1 GiB like the host; halved while the
 //!    allocation fails), every worker of the model's pool, best of 3 passes
 //! 2. prefill of `prompt_tokens` (default 512), 3. `decode_tokens` greedy steps (default 128)
+//! 4. with `mtp` N > 0: rounds of plain and speculative decoding alternated
+//!    (`kore_engine::bench`); the MTP figures go into `BenchReport::mtp`. The
+//!    guest has no tokenizer here, so its prompt is `kore_engine::bench::prompt`
+//!    (spread-out ids), not the host's Shakespeare text: acceptance differs.
 //! ```
 
 use alloc::format;
@@ -14,7 +18,7 @@ use alloc::vec::Vec;
 
 use kore_engine::bench::{self, BenchOptions};
 use kore_engine::Model;
-use kore_service::{BenchReport, BenchRequest, EngineError};
+use kore_service::{BenchReport, BenchRequest, EngineError, MtpBench};
 
 /// A monotonic nanosecond clock (the guest's TSC clock, `Instant` on the host).
 pub type NsClock = fn() -> u64;
@@ -64,6 +68,19 @@ pub fn run(
         mtp: req.mtp.map_or(defaults.mtp, |n| n as usize),
         ..defaults
     };
+    if opts.mtp > kore_engine::spec::MAX_DRAFTS {
+        return Err(EngineError::BadParams(format!(
+            "mtp {}: at most {} drafts per step",
+            opts.mtp,
+            kore_engine::spec::MAX_DRAFTS
+        )));
+    }
+    if opts.mtp > 0 && !model.has_mtp() {
+        return Err(EngineError::BadParams(format!(
+            "mtp {}: this model has no MTP head (no mtp.* weights); send \"mtp\": 0",
+            opts.mtp
+        )));
+    }
     let context = model.config.max_position_embeddings;
     if opts.prompt_tokens + opts.decode_tokens + 1 > context {
         return Err(EngineError::BadParams(format!(
@@ -88,6 +105,14 @@ pub fn run(
         bandwidth_fraction: r.bandwidth_fraction,
         tokens_per_step: r.tokens_per_step,
         threads: u32::try_from(r.threads).unwrap_or(u32::MAX),
+        mtp: r.mtp.map(|m| MtpBench {
+            mtp: u32::try_from(m.drafts).unwrap_or(u32::MAX),
+            mtp_acceptance: m.acceptance,
+            mtp_drafts_per_step: m.drafts_per_step,
+            plain_decode_tok_per_s: m.plain_decode_tok_per_s,
+            mtp_speedup: m.speedup,
+            mtp_draft_vocab: u32::try_from(m.draft_vocab).unwrap_or(u32::MAX),
+        }),
     })
 }
 

@@ -6,7 +6,12 @@
 //! ```text
 //! 1. read bandwidth: every worker sums its share of `buf` (>> caches); best pass
 //! 2. prefill: one forward over a `prompt_tokens` prompt (logits of the last)
-//! 3. decode:  `decode_tokens` greedy single-token steps
+//! 3. decode:  `decode_tokens` greedy single-token steps from the prefilled state
+//! 4. with `mtp = N > 0` (and an MTP head): `rounds` rounds, each one plain
+//!    decode (as 3) and one speculative decode of `decode_tokens` greedy tokens
+//!    (N drafts every step, untimed fresh prefill first), in ABBA order so drift
+//!    in the machine's load hits both alike; `mtp_speedup` = MTP tok/s over
+//!    plain tok/s summed over the rounds of this run
 //! achieved_gbps = weight_bytes_per_step / step time; fraction = achieved / measured
 //! ```
 
@@ -17,8 +22,10 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::model::{Logits, Model};
 use crate::pool::{split, Parallel};
-use crate::sampling::argmax;
+use crate::sampling::{argmax, Sampler, SamplingParams};
 use crate::simd::{self, Path};
+use crate::spec::{SpecOptions, SpecStats, Speculator};
+use crate::state::State;
 
 /// What to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,14 +36,25 @@ pub struct BenchOptions {
     pub decode_tokens: usize,
     /// Passes over the bandwidth buffer (the best one counts).
     pub bandwidth_passes: usize,
-    /// Draft tokens per step (MTP). Not used yet: decode is one token a step.
-    /// The MTP drafter plugs in at `decode` below and sets `tokens_per_step`.
+    /// Draft tokens per step with the MTP head (0: plain decoding only).
     pub mtp: usize,
+    /// With `mtp > 0`: rounds of (plain, speculative) decoding compared.
+    pub rounds: usize,
+    /// Draft vocabulary with `mtp > 0` (lm_head rows the drafts score; 0:
+    /// [`crate::spec::draft_vocab`] of the model's vocabulary).
+    pub draft_vocab: usize,
 }
 
 impl Default for BenchOptions {
     fn default() -> Self {
-        BenchOptions { prompt_tokens: 512, decode_tokens: 128, bandwidth_passes: 3, mtp: 0 }
+        BenchOptions {
+            prompt_tokens: 512,
+            decode_tokens: 128,
+            bandwidth_passes: 3,
+            mtp: 0,
+            rounds: 2,
+            draft_vocab: 0,
+        }
     }
 }
 
@@ -63,6 +81,29 @@ pub struct BenchReport {
     pub threads: usize,
     /// Kernel path (`generic`, `avx2`, `avx512`).
     pub kernels: &'static str,
+    /// With MTP: drafts asked per step, plain decode tok/s of the same run,
+    /// speedup and acceptance per draft position.
+    pub mtp: Option<MtpReport>,
+}
+
+/// The MTP part of a [`BenchReport`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct MtpReport {
+    /// Drafts per step asked for (`--mtp N`).
+    pub drafts: usize,
+    /// Mean drafts actually made per step (the adaptive length may use fewer).
+    pub drafts_per_step: f64,
+    /// Plain (one token a step) decode tok/s measured in the same run.
+    pub plain_decode_tok_per_s: f64,
+    /// MTP decode tok/s over plain decode tok/s.
+    pub speedup: f64,
+    /// Fraction of steps whose drafts 1..=k were all accepted, per k (length `drafts`).
+    pub acceptance: Vec<f64>,
+    /// Draft vocabulary (lm_head rows the drafts score).
+    pub draft_vocab: usize,
+    /// Milliseconds a speculative step spent per phase (mean over steps),
+    /// [`crate::spec::StepProfile::phases`] order, then `other`.
+    pub profile_ms: Vec<(&'static str, f64)>,
 }
 
 /// A nanosecond clock (monotonic).
@@ -115,30 +156,153 @@ pub fn prompt(len: usize, vocab: usize) -> Vec<u32> {
 
 /// Runs prefill and decode on `model` (which should already use `pool`),
 /// reporting progress lines through `progress`. `read_gbps` comes from
-/// [`read_bandwidth`] in the same run.
+/// [`read_bandwidth`] in the same run. The prompt is [`prompt`].
 pub fn run(
     model: &Model<'_>,
     read_gbps: f64,
     clock: Clock<'_>,
     opts: &BenchOptions,
     progress: &mut dyn FnMut(String),
-) -> Result<BenchReport, crate::ForwardError> {
+) -> Result<BenchReport, BenchError> {
+    run_with_prompt(model, read_gbps, clock, opts, None, progress)
+}
+
+/// A benchmark forward failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BenchError {
+    /// The trunk forward.
+    Forward(crate::ForwardError),
+    /// The MTP speculator (e.g. `mtp > 0` on a model without an MTP head).
+    Mtp(crate::MtpError),
+}
+
+impl core::fmt::Display for BenchError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            BenchError::Forward(e) => e.fmt(f),
+            BenchError::Mtp(e) => e.fmt(f),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for BenchError {}
+
+impl From<crate::ForwardError> for BenchError {
+    fn from(e: crate::ForwardError) -> Self {
+        BenchError::Forward(e)
+    }
+}
+
+impl From<crate::MtpError> for BenchError {
+    fn from(e: crate::MtpError) -> Self {
+        BenchError::Mtp(e)
+    }
+}
+
+/// [`run`] with the prompt's ids given (for MTP: text like the model's
+/// training data, cycled to `prompt_tokens`); `None` uses [`prompt`].
+pub fn run_with_prompt(
+    model: &Model<'_>,
+    read_gbps: f64,
+    clock: Clock<'_>,
+    opts: &BenchOptions,
+    ids: Option<&[u32]>,
+    progress: &mut dyn FnMut(String),
+) -> Result<BenchReport, BenchError> {
     let vocab = model.config.vocab_size;
-    let p = prompt(opts.prompt_tokens.max(1), vocab);
+    let len = opts.prompt_tokens.max(1);
+    let p: Vec<u32> = match ids {
+        Some(ids) if !ids.is_empty() => ids.iter().copied().cycle().take(len).collect(),
+        _ => prompt(len, vocab),
+    };
+    if opts.mtp > 0 && !model.has_mtp() {
+        return Err(crate::MtpError::NoMtpHead.into());
+    }
     progress(format!("prefill: {} tokens", p.len()));
-    let mut state = model.new_state();
+    let mut prefilled = model.new_state();
     let t0 = clock();
-    let logits = model.forward(&mut state, &p, Logits::Last)?;
+    let logits = model.forward(&mut prefilled, &p, Logits::Last)?;
     let prefill_s = secs(clock().saturating_sub(t0));
     let prefill_tok_per_s = p.len() as f64 / prefill_s;
     progress(format!(
         "prefill: {prefill_tok_per_s:.1} tok/s; decode: {} tokens",
         opts.decode_tokens
     ));
-
-    // Decode: greedy, one token a step (MTP drafting plugs in here).
-    let mut next = argmax(&logits) as u32;
+    let first = argmax(&logits) as u32;
     let steps = opts.decode_tokens.max(1);
+    let (decode, mtp) = if opts.mtp == 0 {
+        (decode_plain(model, &prefilled, first, steps, clock, progress)?, None)
+    } else {
+        let mut plain = Decode::default();
+        let mut spec = SpecRun::default();
+        for r in 0..opts.rounds.max(1) {
+            // ABBA: plain first in even rounds, speculative first in odd ones.
+            for part in [r % 2, 1 - r % 2] {
+                if part == 0 {
+                    plain.add(decode_plain(model, &prefilled, first, steps, clock, progress)?);
+                } else {
+                    spec.add(decode_mtp(model, &p, steps, opts, clock, progress)?);
+                }
+            }
+        }
+        let m = spec.report(&spec_options(model, opts), plain.tok_per_s());
+        (spec.decode, Some(m))
+    };
+    let step_s = decode.seconds / decode.steps as f64;
+    let achieved_gbps = decode.bytes as f64 / step_s / 1e9;
+    Ok(BenchReport {
+        measured_read_gbps: read_gbps,
+        prefill_tok_per_s,
+        decode_tok_per_s: decode.tok_per_s(),
+        step_ms: step_s * 1e3,
+        weight_bytes_per_step: decode.bytes,
+        achieved_gbps,
+        bandwidth_fraction: achieved_gbps / read_gbps,
+        tokens_per_step: decode.tokens as f64 / decode.steps as f64,
+        threads: model.pool().workers(),
+        kernels: simd::active().name(),
+        mtp,
+    })
+}
+
+/// Timed decoding: `tokens` produced in `steps` trunk steps reading
+/// `bytes` of weights a step (mean).
+#[derive(Clone, Copy, Default)]
+struct Decode {
+    seconds: f64,
+    tokens: usize,
+    steps: usize,
+    bytes: u64,
+}
+
+impl Decode {
+    fn tok_per_s(&self) -> f64 {
+        self.tokens as f64 / self.seconds.max(1e-9)
+    }
+
+    /// Sums another run of the same kind into this one.
+    fn add(&mut self, o: Decode) {
+        let steps = (self.steps + o.steps).max(1) as u64;
+        self.bytes = (self.bytes * self.steps as u64 + o.bytes * o.steps as u64) / steps;
+        self.seconds += o.seconds;
+        self.tokens += o.tokens;
+        self.steps += o.steps;
+    }
+}
+
+/// Greedy plain decoding of `steps` tokens (one a step) from a copy of
+/// `prefilled`, starting with `first`.
+fn decode_plain(
+    model: &Model<'_>,
+    prefilled: &State,
+    first: u32,
+    steps: usize,
+    clock: Clock<'_>,
+    progress: &mut dyn FnMut(String),
+) -> Result<Decode, BenchError> {
+    let mut state = prefilled.clone();
+    let mut next = first;
     let t0 = clock();
     for i in 0..steps {
         let logits = model.forward(&mut state, &[next], Logits::Last)?;
@@ -147,23 +311,113 @@ pub fn run(
             progress(format!("decode: {}/{steps}", i + 1));
         }
     }
-    let decode_s = secs(clock().saturating_sub(t0));
-    let tokens_per_step = 1.0;
-    let step_s = decode_s / steps as f64;
+    let seconds = secs(clock().saturating_sub(t0));
     let bytes = model.weight_bytes_per_token() as u64;
-    let achieved_gbps = bytes as f64 / step_s / 1e9;
-    Ok(BenchReport {
-        measured_read_gbps: read_gbps,
-        prefill_tok_per_s,
-        decode_tok_per_s: steps as f64 * tokens_per_step / decode_s,
-        step_ms: step_s * 1e3,
-        weight_bytes_per_step: bytes,
-        achieved_gbps,
-        bandwidth_fraction: achieved_gbps / read_gbps,
-        tokens_per_step,
-        threads: model.pool().workers(),
-        kernels: simd::active().name(),
-    })
+    Ok(Decode { seconds, tokens: steps, steps, bytes })
+}
+
+/// Speculative decoding summed over rounds.
+#[derive(Default)]
+struct SpecRun {
+    decode: Decode,
+    stats: SpecStats,
+}
+
+impl SpecRun {
+    fn add(&mut self, (d, st): (Decode, SpecStats)) {
+        self.decode.add(d);
+        let s = &mut self.stats;
+        s.steps += st.steps;
+        s.step_tokens += st.step_tokens;
+        for j in 0..s.drafted.len() {
+            s.drafted[j] += st.drafted[j];
+            s.accepted[j] += st.accepted[j];
+        }
+        let (p, q) = (&mut s.profile, st.profile);
+        p.draft_mtp_ns += q.draft_mtp_ns;
+        p.draft_head_ns += q.draft_head_ns;
+        p.verify_trunk_ns += q.verify_trunk_ns;
+        p.verify_head_ns += q.verify_head_ns;
+        p.restore_ns += q.restore_ns;
+        p.refill_ns += q.refill_ns;
+    }
+
+    /// The MTP part of the report, `plain_tok_per_s` from the same rounds.
+    fn report(&self, opts: &SpecOptions, plain_tok_per_s: f64) -> MtpReport {
+        let (st, drafts) = (&self.stats, opts.max_drafts);
+        let steps = st.steps.max(1) as f64;
+        let drafted: u64 = st.drafted.iter().sum();
+        let acceptance = (0..drafts.min(st.drafted.len()))
+            .map(|j| st.accepted[j] as f64 / st.drafted[j].max(1) as f64)
+            .collect();
+        let step_ms = self.decode.seconds * 1e3 / steps;
+        let mut profile_ms: Vec<(&'static str, f64)> =
+            st.profile.phases().iter().map(|&(n, ns)| (n, ns as f64 / 1e6 / steps)).collect();
+        let known: f64 = profile_ms.iter().map(|e| e.1).sum();
+        profile_ms.push(("other", (step_ms - known).max(0.0)));
+        MtpReport {
+            drafts,
+            drafts_per_step: drafted as f64 / steps,
+            plain_decode_tok_per_s: plain_tok_per_s,
+            speedup: self.decode.tok_per_s() / plain_tok_per_s.max(1e-9),
+            acceptance,
+            draft_vocab: opts.draft_vocab,
+            profile_ms,
+        }
+    }
+}
+
+/// The speculative decoding settings the bench measures: exactly
+/// `opts.mtp` drafts a step (not adaptive, so every draft position is
+/// measured) over `opts.draft_vocab` ids.
+pub fn spec_options(model: &Model<'_>, opts: &BenchOptions) -> SpecOptions {
+    let vocab = model.config.vocab_size;
+    let dv = match opts.draft_vocab {
+        0 => crate::spec::draft_vocab(vocab),
+        n => n.min(vocab),
+    };
+    SpecOptions { adaptive: false, draft_vocab: dv, ..SpecOptions::new(opts.mtp) }
+}
+
+/// Greedy speculative decoding of `tokens` tokens after a fresh prefill of
+/// `prompt` (untimed); weight bytes per step count the trunk plus, per draft
+/// made, the MTP layer and the draft head.
+fn decode_mtp(
+    model: &Model<'_>,
+    prompt: &[u32],
+    tokens: usize,
+    bench: &BenchOptions,
+    clock: Clock<'_>,
+    progress: &mut dyn FnMut(String),
+) -> Result<(Decode, SpecStats), BenchError> {
+    let drafts = bench.mtp;
+    progress(format!("mtp {drafts}: prefill again, then {tokens} tokens"));
+    let mut state = model.new_state();
+    let sampler = Sampler::new(SamplingParams::greedy());
+    let opts = spec_options(model, bench);
+    let mut sp = Speculator::start(model, &mut state, prompt, sampler, opts)?;
+    sp.set_clock(clock);
+    let mut made = 1; // the pending token counts as the first one
+    let t0 = clock();
+    while made <= tokens {
+        // Each step adds its accepted drafts plus one token: cap the drafts.
+        made += sp.step(&mut state, tokens - made)?.len();
+    }
+    let seconds = secs(clock().saturating_sub(t0));
+    let st = sp.stats.clone();
+    let steps = st.steps.max(1);
+    let drafted: u64 = st.drafted.iter().sum();
+    let vocab = model.config.vocab_size.max(1);
+    let head = model.lm_head.weight_bytes() * opts.draft_vocab.clamp(1, vocab) / vocab;
+    let per_draft = (model.mtp_weight_bytes() + head) as f64;
+    let bytes = model.weight_bytes_per_token() as u64
+        + libm::round(drafted as f64 / steps as f64 * per_draft) as u64;
+    progress(format!(
+        "mtp {drafts}: {:.2} tokens/step, acceptance {:?}",
+        st.tokens_per_step(),
+        st.acceptance()
+    ));
+    Ok((Decode { seconds, tokens: st.step_tokens, steps, bytes }, st))
 }
 
 fn secs(ns: u64) -> f64 {

@@ -26,7 +26,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::generate::{GenerateOptions, Generation, StopReason};
-use crate::kernels::matmul;
+use crate::kernels::matmul_on;
 use crate::model::{ForwardError, Model, MtpError, MtpState};
 use crate::sampling::{argmax, Sampler};
 use crate::state::{Checkpoints, State};
@@ -34,6 +34,23 @@ use crate::weights::Linear;
 
 /// Most drafts per step.
 pub const MAX_DRAFTS: usize = 7;
+
+/// Vocabularies up to this size are drafted in full.
+pub const FULL_DRAFT_VOCAB_MAX: usize = 32 * 1024;
+
+/// Draft vocabulary for a model of `vocab` ids: all of them up to
+/// [`FULL_DRAFT_VOCAB_MAX`] (there the draft lm_head is cheap next to the
+/// MTP layer, and on the tiny pack a quarter of 4096 ids cut tokens per step
+/// from 2.42 to 2.03 at 5 drafts, docs/benchmarks.md), else the lowest
+/// quarter of the ids, at least [`FULL_DRAFT_VOCAB_MAX`] (byte-level BPE ids
+/// are roughly frequency-ranked).
+pub fn draft_vocab(vocab: usize) -> usize {
+    if vocab <= FULL_DRAFT_VOCAB_MAX {
+        vocab
+    } else {
+        (vocab / 4).max(FULL_DRAFT_VOCAB_MAX)
+    }
+}
 
 /// How a rejected draft's trunk state is undone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +104,39 @@ pub struct SpecStats {
     pub drafted: [u64; MAX_DRAFTS],
     /// Drafts accepted at each draft position.
     pub accepted: [u64; MAX_DRAFTS],
+    /// Where the steps' time went (all zero without [`Speculator::set_clock`]).
+    pub profile: StepProfile,
+}
+
+/// Nanoseconds the steps spent in each phase, summed over steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepProfile {
+    /// Chained MTP layer runs (`mtp.fc` + decoder layer) of the drafts.
+    pub draft_mtp_ns: u64,
+    /// Draft lm_head (over the draft vocabulary) and the draft pick.
+    pub draft_head_ns: u64,
+    /// The trunk's batched (checkpointed) forward over pending + drafts.
+    pub verify_trunk_ns: u64,
+    /// The full-vocabulary lm_head over the verified rows and acceptance.
+    pub verify_head_ns: u64,
+    /// Undoing rejected drafts (rewind, or snapshot and recompute).
+    pub restore_ns: u64,
+    /// Refilling the MTP cache over the kept positions.
+    pub refill_ns: u64,
+}
+
+impl StepProfile {
+    /// The phases as `(name, ns)`, in step order.
+    pub fn phases(&self) -> [(&'static str, u64); 6] {
+        [
+            ("draft_mtp", self.draft_mtp_ns),
+            ("draft_head", self.draft_head_ns),
+            ("verify_trunk", self.verify_trunk_ns),
+            ("verify_head", self.verify_head_ns),
+            ("restore", self.restore_ns),
+            ("refill", self.refill_ns),
+        ]
+    }
 }
 
 impl SpecStats {
@@ -125,6 +175,8 @@ pub struct Speculator<'m, 'a> {
     alpha: [f32; MAX_DRAFTS],
     /// Statistics so far.
     pub stats: SpecStats,
+    /// Nanosecond clock for [`SpecStats::profile`] (none: not profiled).
+    clock: Option<&'m dyn Fn() -> u64>,
 }
 
 impl<'m, 'a> Speculator<'m, 'a> {
@@ -156,6 +208,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
             pending: 0,
             alpha: [0.6; MAX_DRAFTS],
             stats: SpecStats::default(),
+            clock: None,
         };
         let logits = model.logits(&hidden[hidden.len() - h..]);
         me.pending = me.sampler.sample(&logits);
@@ -164,6 +217,17 @@ impl<'m, 'a> Speculator<'m, 'a> {
         let g = model.mtp_forward(&mut me.mtp, &shifted, &hidden)?;
         me.g = g[g.len() - h..].to_vec();
         Ok(me)
+    }
+
+    /// Times each phase of later steps with `clock` (nanoseconds) into
+    /// [`SpecStats::profile`].
+    pub fn set_clock(&mut self, clock: &'m dyn Fn() -> u64) {
+        self.clock = Some(clock);
+    }
+
+    /// The clock's reading, 0 without one.
+    fn now(&self) -> u64 {
+        self.clock.map_or(0, |c| c())
     }
 
     /// The token chosen next (already part of the output).
@@ -197,7 +261,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
     fn draft_logits(&self, g: &[f32]) -> Vec<f32> {
         let head = draft_head(&self.model.lm_head, self.opts.draft_vocab);
         let mut out = vec![0.0; head.rows()];
-        matmul(&head, g, 1, &mut out);
+        matmul_on(self.model.pool(), &head, g, 1, &mut out);
         out
     }
 
@@ -220,6 +284,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
         let mut drafts = Vec::with_capacity(n);
         let mut q = Vec::with_capacity(n);
         let mut g = self.g.clone();
+        let mut t = self.now();
         for j in 0..n {
             let logits = self.draft_logits(&g);
             let d = if self.sampler.params().is_greedy() {
@@ -231,8 +296,10 @@ impl<'m, 'a> Speculator<'m, 'a> {
                 d
             };
             drafts.push(d);
+            t = self.lap(t, |p| &mut p.draft_head_ns);
             if j + 1 < n {
                 g = model.mtp_forward(&mut self.mtp, &[d], &g)?;
+                t = self.lap(t, |p| &mut p.draft_mtp_ns);
             }
         }
         // Verify all in one batch.
@@ -243,9 +310,11 @@ impl<'m, 'a> Speculator<'m, 'a> {
             Some(_) => model.forward_hidden(state, &tokens)?,
             None => model.forward_hidden_checkpointed(state, &tokens, &mut self.ckpt)?,
         };
+        t = self.lap(t, |p| &mut p.verify_trunk_ns);
         let logits = model.logits(&hidden); // [n+1, vocab]
         let v = model.config.vocab_size;
         let (a, bonus) = self.accept(&drafts, &q, &logits, v);
+        t = self.lap(t, |p| &mut p.verify_head_ns);
         for j in 0..n {
             self.stats.drafted[j] += 1;
             let ok = j < a;
@@ -271,10 +340,19 @@ impl<'m, 'a> Speculator<'m, 'a> {
             }
         };
         debug_assert_eq!(state.position(), p0 + a + 1);
+        t = self.lap(t, |p| &mut p.restore_ns);
         self.finish(kept, &hidden, bonus, p0)?;
+        self.lap(t, |p| &mut p.refill_ns);
         let mut out = drafts[..a].to_vec();
         out.push(bonus);
         Ok(out)
+    }
+
+    /// Adds the time since `t0` to the phase `field` picks; returns now.
+    fn lap(&mut self, t0: u64, field: fn(&mut StepProfile) -> &mut u64) -> u64 {
+        let t = self.now();
+        *field(&mut self.stats.profile) += t.saturating_sub(t0);
+        t
     }
 
     /// Counts the step, refills the MTP cache for the kept positions

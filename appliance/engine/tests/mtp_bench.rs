@@ -10,7 +10,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use kore_engine::hf::HfModelDir;
-use kore_engine::{generate, generate_spec, GenerateOptions, Restore, SamplingParams, SpecOptions};
+use kore_engine::pool::ThreadPool;
+use kore_engine::state::Checkpoints;
+use kore_engine::{
+    generate, generate_spec, GenerateOptions, Model, Restore, SamplingParams, SpecOptions,
+};
 
 const PROMPTS: [&[u32]; 2] = [
     // "ROMEO:\nBut soft, what light through yonder window breaks?\n"
@@ -18,6 +22,14 @@ const PROMPTS: [&[u32]; 2] = [
     // "KING HENRY:\nOnce more unto the breach, dear friends,"
     &[601, 1516, 393, 46, 828, 515, 1242, 268, 727, 937, 11, 1050, 1042, 11],
 ];
+
+/// Seconds of a `max_tokens = 1` generation of `p` (prefill and one pick).
+fn prefill_secs(model: &Model<'_>, p: &[u32], opts: &GenerateOptions) -> f64 {
+    let one = GenerateOptions { max_tokens: 1, ..opts.clone() };
+    let t = Instant::now();
+    generate(model, &mut model.new_state(), p, &one, |_| true).unwrap();
+    t.elapsed().as_secs_f64()
+}
 
 #[test]
 #[ignore]
@@ -33,34 +45,15 @@ fn mtp_decode_speed() {
         stop_tokens: vec![],
         sampling: SamplingParams::greedy(),
     };
-    // Plain decoding time of `tokens - 1` decode steps (prefill excluded by
-    // subtracting a max_tokens = 1 run).
+    // Decode times exclude the prefill: a max_tokens = 1 run is subtracted.
     let plain = |p: &[u32]| {
-        let t = Instant::now();
-        generate(
-            &model,
-            &mut model.new_state(),
-            p,
-            &GenerateOptions { max_tokens: 1, ..opts.clone() },
-            |_| true,
-        )
-        .unwrap();
-        let pre = t.elapsed().as_secs_f64();
+        let pre = prefill_secs(&model, p, &opts);
         let t = Instant::now();
         generate(&model, &mut model.new_state(), p, &opts, |_| true).unwrap();
         t.elapsed().as_secs_f64() - pre
     };
     let spec = |p: &[u32], s: &SpecOptions| {
-        let t = Instant::now();
-        generate(
-            &model,
-            &mut model.new_state(),
-            p,
-            &GenerateOptions { max_tokens: 1, ..opts.clone() },
-            |_| true,
-        )
-        .unwrap();
-        let pre = t.elapsed().as_secs_f64();
+        let pre = prefill_secs(&model, p, &opts);
         let t = Instant::now();
         let (_, st) = generate_spec(&model, &mut model.new_state(), p, &opts, s, |_| true).unwrap();
         (t.elapsed().as_secs_f64() - pre, st)
@@ -112,5 +105,57 @@ fn mtp_decode_speed() {
             acc.join(" "),
             t_plain / t_spec
         );
+    }
+}
+
+/// Where a verify step's time goes: one trunk forward of `T` tokens at
+/// position ~200 (plain and checkpointed) against `T` single-token forwards,
+/// on `KORE_MTP_BENCH_THREADS` threads (default 2). Prints ms per call.
+///
+/// `cargo test --release -p kore-engine --test mtp_bench verify_cost -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn verify_cost() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../model-packs/tiny-hf");
+    let hf = HfModelDir::open(&dir).unwrap();
+    let threads =
+        std::env::var("KORE_MTP_BENCH_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
+    let pool = ThreadPool::new(threads);
+    let mut model = hf.model().unwrap();
+    model.set_pool(&pool);
+    let prompt: Vec<u32> = PROMPTS.iter().flat_map(|p| p.iter().copied()).cycle().take(200).collect();
+    let mut base = model.new_state();
+    model.forward_hidden(&mut base, &prompt).unwrap();
+    let reps = 40;
+    let time = |f: &mut dyn FnMut()| {
+        f();
+        let t = Instant::now();
+        for _ in 0..reps {
+            f();
+        }
+        t.elapsed().as_secs_f64() * 1e3 / reps as f64
+    };
+    println!("| tokens | batched ms | checkpointed ms | T single-token ms | lm_head over T rows ms |");
+    println!("| --- | --- | --- | --- | --- |");
+    let mut ckpt = Checkpoints::new();
+    for t in 1..=8usize {
+        let toks = &prompt[..t];
+        let batched = time(&mut || {
+            model.forward_hidden(&mut base.clone(), toks).unwrap();
+        });
+        let checkpointed = time(&mut || {
+            model.forward_hidden_checkpointed(&mut base.clone(), toks, &mut ckpt).unwrap();
+        });
+        let single = time(&mut || {
+            let mut s = base.clone();
+            for &x in toks {
+                model.forward_hidden(&mut s, &[x]).unwrap();
+            }
+        });
+        let h = vec![0.1f32; t * model.config.hidden_size];
+        let head = time(&mut || {
+            model.logits(&h);
+        });
+        println!("| {t} | {batched:.3} | {checkpointed:.3} | {single:.3} | {head:.3} |");
     }
 }

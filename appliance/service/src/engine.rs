@@ -132,4 +132,50 @@ pub struct BenchReport {
     pub tokens_per_step: f64,
     /// Worker threads used.
     pub threads: u32,
+    /// With MTP drafting (`mtp > 0`): the figures of [`MtpBench`], else absent.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub mtp: Option<MtpBench>,
+}
+
+/// The MTP part of a bench report (`kore-launch bench --mtp N`), measured
+/// against plain decoding in the same run.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct MtpBench {
+    /// Drafts per step asked for.
+    pub mtp: u32,
+    /// Per draft position: fraction of steps whose drafts 1..=k were all accepted.
+    pub mtp_acceptance: Vec<f64>,
+    /// Mean drafts made per step.
+    pub mtp_drafts_per_step: f64,
+    /// Plain (one token a step) decode tok/s of the same run.
+    pub plain_decode_tok_per_s: f64,
+    /// Speculative decode tok/s over plain decode tok/s.
+    pub mtp_speedup: f64,
+    /// Draft vocabulary (lm_head rows the drafts score).
+    pub mtp_draft_vocab: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtp_figures_sit_beside_the_contract_fields_only_when_drafting() {
+        let plain = serde_json::to_value(BenchReport { threads: 2, ..BenchReport::default() });
+        let plain = plain.unwrap();
+        assert_eq!(plain["threads"], 2);
+        assert!(plain.get("mtp").is_none() && plain.get("mtp_acceptance").is_none(), "{plain}");
+        let mtp = MtpBench {
+            mtp: 3,
+            mtp_acceptance: alloc::vec![0.5, 0.25, 0.125],
+            mtp_speedup: 1.5,
+            ..MtpBench::default()
+        };
+        let v = serde_json::to_value(BenchReport { mtp: Some(mtp), ..BenchReport::default() });
+        let v = v.unwrap();
+        assert_eq!(v["mtp"], 3);
+        assert_eq!(v["mtp_acceptance"].as_array().map(|a| a.len()), Some(3));
+        assert_eq!(v["mtp_speedup"], 1.5);
+        assert!(v.get("tokens_per_step").is_some(), "{v}");
+    }
 }

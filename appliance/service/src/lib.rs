@@ -26,6 +26,8 @@ pub mod response;
 pub mod service;
 
 pub use codec::{ChatMessage, Codec, Role, StreamDecode};
-pub use engine::{BenchReport, BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams};
+pub use engine::{
+    BenchReport, BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams, MtpBench,
+};
 pub use request::ErrorCode;
 pub use service::{Config, ConnId, Service, PROTOCOL_VERSION};

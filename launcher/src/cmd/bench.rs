@@ -17,6 +17,18 @@ use crate::model;
 /// Bytes of the read-bandwidth buffer: far larger than any cache here.
 const BANDWIDTH_BYTES: usize = 1 << 30;
 
+/// The benchmark prompt when the model has a tokenizer (public-domain
+/// Shakespeare, Richard III I.i and Henry V III.i), cycled to the prompt length.
+const BENCH_TEXT: &str = "GLOUCESTER:\nNow is the winter of our discontent\n\
+Made glorious summer by this sun of York;\nAnd all the clouds that lour'd upon our house\n\
+In the deep bosom of the ocean buried.\nNow are our brows bound with victorious wreaths;\n\
+Our bruised arms hung up for monuments;\nOur stern alarums changed to merry meetings,\n\
+Our dreadful marches to delightful measures.\n\nKING HENRY V:\n\
+Once more unto the breach, dear friends, once more;\nOr close the wall up with our English dead.\n\
+In peace there's nothing so becomes a man\nAs modest stillness and humility:\n\
+But when the blast of war blows in our ears,\nThen imitate the action of the tiger;\n\
+Stiffen the sinews, summon up the blood,\nDisguise fair nature with hard-favour'd rage;\n\n";
+
 /// Runs `bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
     if !args.native {
@@ -39,10 +51,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(n) = env_count("KORE_BENCH_DECODE_TOKENS")? {
         opts.decode_tokens = n;
     }
-    if opts.mtp > 0 {
-        tracing::warn!(
-            "bench --mtp is not wired to speculative decoding yet; measuring one token a step"
-        );
+    if let Some(n) = env_count("KORE_BENCH_DRAFT_VOCAB")? {
+        opts.draft_vocab = n;
+    }
+    if let Some(n) = env_count("KORE_BENCH_ROUNDS")? {
+        opts.rounds = n;
+    }
+    if opts.mtp > kore_engine::spec::MAX_DRAFTS {
+        return Err(LaunchError::Usage(format!(
+            "--mtp {}: at most {} drafts per step",
+            opts.mtp,
+            kore_engine::spec::MAX_DRAFTS
+        )));
     }
     let pool = ThreadPool::new(threads);
     let start = Instant::now();
@@ -63,13 +83,27 @@ pub fn run(args: BenchArgs) -> Result<()> {
         model.weight_bytes_per_token() as f64 / 1e9,
         kore_engine::simd::active().name()
     );
-    let report = bench::run(&model, gbps, &clock, &opts, &mut |line| eprintln!("{line}"))
-        .map_err(|e| LaunchError::Other(format!("bench forward failed: {e}")))?;
+    if opts.mtp > 0 && !model.has_mtp() {
+        return Err(LaunchError::Usage(format!(
+            "--mtp {} needs a model with an MTP head; {} has none (use --mtp 0)",
+            opts.mtp,
+            files.path.display()
+        )));
+    }
+    // Text like the default pack's training data (Shakespeare), cycled to
+    // the prompt length; the speculative decode's acceptance depends on it.
+    let ids = files.tokenizer.as_ref().map(|t| t.encode(BENCH_TEXT));
+    let report = bench::run_with_prompt(&model, gbps, &clock, &opts, ids.as_deref(), &mut |line| {
+        eprintln!("{line}")
+    })
+    .map_err(|e| LaunchError::Other(format!("bench forward failed: {e}")))?;
     print(&report, args.json.json, pool.workers())
 }
 
 /// A positive count from the environment (quick runs: `KORE_BENCH_PROMPT_TOKENS`,
-/// `KORE_BENCH_DECODE_TOKENS`; the contract's figures use the defaults 512 and 128).
+/// `KORE_BENCH_DECODE_TOKENS`; the contract's figures use the defaults 512 and 128;
+/// with `--mtp N`: `KORE_BENCH_ROUNDS` of plain + speculative decoding, default 2,
+/// and `KORE_BENCH_DRAFT_VOCAB`, default `kore_engine::spec::draft_vocab`).
 fn env_count(name: &str) -> Result<Option<usize>> {
     match std::env::var(name) {
         Err(_) => Ok(None),
@@ -95,7 +129,19 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             "tokens_per_step": r.tokens_per_step,
             "threads": threads,
             "kernels": r.kernels,
+            "mtp": r.mtp.as_ref().map_or(0, |m| m.drafts),
         });
+        let mut obj = obj;
+        if let Some(m) = &r.mtp {
+            obj["mtp_acceptance"] = json!(m.acceptance);
+            obj["mtp_drafts_per_step"] = json!(m.drafts_per_step);
+            obj["plain_decode_tok_per_s"] = json!(m.plain_decode_tok_per_s);
+            obj["mtp_speedup"] = json!(m.speedup);
+            obj["mtp_draft_vocab"] = json!(m.draft_vocab);
+            let profile: serde_json::Map<String, serde_json::Value> =
+                m.profile_ms.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
+            obj["mtp_step_profile_ms"] = serde_json::Value::Object(profile);
+        }
         writeln!(out, "{obj}").map_err(io)?;
     } else {
         writeln!(
@@ -113,6 +159,31 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             r.kernels
         )
         .map_err(io)?;
+        if let Some(m) = &r.mtp {
+            let acc: Vec<String> = m.acceptance.iter().map(|a| format!("{a:.2}")).collect();
+            writeln!(
+                out,
+                "mtp {}: {:.2} tokens/step ({:.2} drafts/step, acceptance by position {}) | \
+                 decode {:.2} tok/s vs {:.2} tok/s plain in this run = {:.2}x",
+                m.drafts,
+                r.tokens_per_step,
+                m.drafts_per_step,
+                acc.join(" "),
+                r.decode_tok_per_s,
+                m.plain_decode_tok_per_s,
+                m.speedup
+            )
+            .map_err(io)?;
+            let phases: Vec<String> =
+                m.profile_ms.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+            writeln!(
+                out,
+                "mtp step profile (ms a step, draft vocabulary {}): {}",
+                m.draft_vocab,
+                phases.join(" | ")
+            )
+            .map_err(io)?;
+        }
     }
     Ok(())
 }

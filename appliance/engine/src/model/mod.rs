@@ -244,6 +244,23 @@ impl<'a> Model<'a> {
         layers + self.lm_head.weight_bytes()
     }
 
+    /// Bytes of weights one MTP draft reads besides the lm_head (`mtp.fc`
+    /// and its decoder layer); 0 without an MTP head.
+    pub fn mtp_weight_bytes(&self) -> usize {
+        let Some(m) = &self.mtp else { return 0 };
+        let l = &m.layer;
+        let mlp = l.mlp.gate_proj.weight_bytes()
+            + l.mlp.up_proj.weight_bytes()
+            + l.mlp.down_proj.weight_bytes();
+        let mix = match &l.mixer {
+            Mixer::Full(a) => {
+                [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj].iter().map(|x| x.weight_bytes()).sum()
+            }
+            Mixer::Linear(_) => 0,
+        };
+        m.fc.weight_bytes() + mlp + mix
+    }
+
     /// Runs `tokens` through the model, extending `state`, and returns logits
     /// for the last position (`[vocab]`) or all positions (`[T, vocab]`).
     /// On error nothing in `state` has changed.

@@ -1,0 +1,102 @@
+//! `kore-launch bench --native --mtp N` on the default pack (model-packs/tiny,
+//! which has an MTP head): the JSON has the contract's fields plus the MTP
+//! ones (acceptance per draft position, plain decode of the same run,
+//! speedup), and bad `--mtp` values exit non-zero with a one-line error.
+//! Short runs: `KORE_BENCH_PROMPT_TOKENS` / `KORE_BENCH_DECODE_TOKENS`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A short native bench of the default pack on one thread.
+fn bench(extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kore-launch"))
+        .current_dir(root())
+        .env("KORE_BENCH_PROMPT_TOKENS", "48")
+        .env("KORE_BENCH_DECODE_TOKENS", "40")
+        .args(["bench", "--native", "--threads", "1", "--json"])
+        .args(extra)
+        .output()
+        .expect("run kore-launch")
+}
+
+fn last_json(out: &Output) -> Value {
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    let line = stdout.lines().last().expect("stdout has a line");
+    serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("last stdout line is not JSON ({e}): {line}"))
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+const CONTRACT: [&str; 9] = [
+    "measured_read_gbps",
+    "prefill_tok_per_s",
+    "decode_tok_per_s",
+    "step_ms",
+    "weight_bytes_per_step",
+    "achieved_gbps",
+    "bandwidth_fraction",
+    "tokens_per_step",
+    "threads",
+];
+
+#[test]
+fn mtp_3_reports_acceptance_per_position_and_speedup() {
+    let v = last_json(&bench(&["--mtp", "3"]));
+    for key in CONTRACT {
+        assert!(num(&v, key) > 0.0, "{key} in {v}");
+    }
+    assert_eq!(v["mtp"], 3);
+    let tps = num(&v, "tokens_per_step");
+    assert!(tps > 1.0 && tps <= 4.0, "tokens_per_step {tps}");
+    let acc: Vec<f64> = v["mtp_acceptance"]
+        .as_array()
+        .expect("mtp_acceptance array")
+        .iter()
+        .map(|a| a.as_f64().unwrap())
+        .collect();
+    assert_eq!(acc.len(), 3, "{v}");
+    assert!(acc.iter().all(|a| (0.0..=1.0).contains(a)), "{acc:?}");
+    assert!(acc[0] > 0.0, "the tiny pack's MTP head never agreed with its trunk: {acc:?}");
+    // Each accepted draft adds one token to its step: with 3 drafts on
+    // (almost) every step, tokens/step is 1 + the sum of the acceptances.
+    let expect = 1.0 + acc.iter().sum::<f64>();
+    assert!((tps - expect).abs() < 0.25, "tokens_per_step {tps}, 1 + sum(acceptance) {expect}");
+    let drafts = num(&v, "mtp_drafts_per_step");
+    assert!(drafts > 2.5 && drafts <= 3.0, "drafts per step {drafts}");
+    let (spec, plain) = (num(&v, "decode_tok_per_s"), num(&v, "plain_decode_tok_per_s"));
+    let speedup = num(&v, "mtp_speedup");
+    assert!((speedup - spec / plain).abs() < 1e-9 * speedup.max(1.0), "{v}");
+    let profile = v["mtp_step_profile_ms"].as_object().expect("mtp_step_profile_ms object");
+    for phase in ["draft_mtp", "draft_head", "verify_trunk", "verify_head", "restore", "refill"] {
+        assert!(profile[phase].as_f64().unwrap() >= 0.0, "{phase} in {profile:?}");
+    }
+    assert!(profile["verify_trunk"].as_f64().unwrap() > 0.0, "{profile:?}");
+}
+
+#[test]
+fn mtp_0_is_plain_decoding() {
+    let v = last_json(&bench(&["--mtp", "0"]));
+    assert_eq!(num(&v, "tokens_per_step"), 1.0);
+    assert_eq!(v["mtp"], 0);
+    assert!(v.get("mtp_acceptance").is_none(), "{v}");
+}
+
+#[test]
+fn bad_mtp_values_fail_with_one_line() {
+    let out = bench(&["--mtp", "8"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(lines.len(), 1, "stderr: {err}");
+    assert!(lines[0].contains("--mtp 8"), "{}", lines[0]);
+}
