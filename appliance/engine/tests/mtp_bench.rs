@@ -123,7 +123,8 @@ fn verify_cost() {
     let pool = ThreadPool::new(threads);
     let mut model = hf.model().unwrap();
     model.set_pool(&pool);
-    let prompt: Vec<u32> = PROMPTS.iter().flat_map(|p| p.iter().copied()).cycle().take(200).collect();
+    let prompt: Vec<u32> =
+        PROMPTS.iter().flat_map(|p| p.iter().copied()).cycle().take(200).collect();
     let mut base = model.new_state();
     model.forward_hidden(&mut base, &prompt).unwrap();
     let reps = 40;
@@ -135,7 +136,9 @@ fn verify_cost() {
         }
         t.elapsed().as_secs_f64() * 1e3 / reps as f64
     };
-    println!("| tokens | batched ms | checkpointed ms | T single-token ms | lm_head over T rows ms |");
+    println!(
+        "| tokens | batched ms | checkpointed ms | T single-token ms | lm_head over T rows ms |"
+    );
     println!("| --- | --- | --- | --- | --- |");
     let mut ckpt = Checkpoints::new();
     for t in 1..=8usize {
