@@ -5,9 +5,13 @@
 //! 32 layers `[linear, linear, linear, full] x 8`, 16 attention heads / 4 KV heads / head_dim
 //! 256 with the output gate, linear attention 16 key heads / 32 value heads of 128/128, conv
 //! kernel 4, intermediate 12288, vocab 248320, rope_theta 1e7, partial rotary 0.25, rms eps 1e-6,
-//! untied embeddings, one MTP layer. The 0.8B/2B/4B/27B presets could not be checked against
-//! their config.json offline here: for them this test checks only what all Qwen3.5 dense
-//! models share (layer pattern, vocab, head dims, conv kernel, RoPE, MTP).
+//! untied embeddings, one MTP layer. The other sizes' distinguishing values (hidden, layers,
+//! intermediate, attention and KV heads, linear value heads, tied embeddings) were read on
+//! 2026-12-03 from public third-party copies of the released configs (a per-model table of the
+//! Qwen3.5 `text_config` values keyed by `Qwen/Qwen3.5-{0.8B,2B,4B,9B,27B}`, THUDM/slime's
+//! `scripts/models/qwen3.5-{0.8B,27B}.sh`, and a 27B config.json); the Hugging Face configs
+//! themselves cannot be fetched here. Every preset also carries what all Qwen3.5 dense models
+//! share (layer pattern, vocab, head dims, conv kernel, RoPE, MTP).
 
 mod common;
 
@@ -60,6 +64,30 @@ fn nine_b_preset_matches_the_published_config() {
         .map(|t| t.shape.iter().product::<u64>())
         .sum();
     assert!((8.90e9..9.00e9).contains(&(params as f64)), "{params} parameters");
+}
+
+#[test]
+fn every_preset_matches_its_published_sizes() {
+    // (preset, hidden, layers, intermediate, heads, kv heads, linear value heads, tied)
+    let published = [
+        ("qwen3.5-0.8b", 1024, 24, 3584, 8, 2, 16, true),
+        ("qwen3.5-2b", 2048, 24, 6144, 8, 2, 16, true),
+        ("qwen3.5-4b", 2560, 32, 9216, 16, 4, 32, true),
+        ("qwen3.5-9b", 4096, 32, 12288, 16, 4, 32, false),
+        ("qwen3.5-27b", 5120, 64, 17408, 24, 4, 48, false),
+    ];
+    assert_eq!(published.len(), PRESETS.len());
+    for (name, h, layers, inter, heads, kv, lv, tied) in published {
+        let c = preset(name).unwrap();
+        assert_eq!(
+            (c.hidden_size, c.num_hidden_layers, c.intermediate_size),
+            (h, layers, inter),
+            "{name}"
+        );
+        assert_eq!((c.num_attention_heads, c.num_key_value_heads), (heads, kv), "{name}");
+        assert_eq!(c.linear_num_value_heads, lv, "{name}");
+        assert_eq!(c.tie_word_embeddings, tied, "{name}");
+    }
 }
 
 #[test]
