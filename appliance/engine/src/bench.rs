@@ -229,7 +229,7 @@ pub fn run_with_prompt(
         "prefill: {prefill_tok_per_s:.1} tok/s; decode: {} tokens",
         opts.decode_tokens
     ));
-    let first = argmax(&logits) as u32;
+    let first = argmax(&logits);
     let steps = opts.decode_tokens.max(1);
     let (decode, mtp) = if opts.mtp == 0 {
         (decode_plain(model, &prefilled, first, steps, clock, progress)?, None)
@@ -306,7 +306,7 @@ fn decode_plain(
     let t0 = clock();
     for i in 0..steps {
         let logits = model.forward(&mut state, &[next], Logits::Last)?;
-        next = argmax(&logits) as u32;
+        next = argmax(&logits);
         if (i + 1) % 32 == 0 {
             progress(format!("decode: {}/{steps}", i + 1));
         }

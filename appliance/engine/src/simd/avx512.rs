@@ -50,6 +50,20 @@ pub(super) const SCALE_IDX: [[i32; 16]; 2] = {
     t
 };
 
+/// The scale vector of a 128-column chunk without a partner for
+/// [`e4m3x16`]: lane `L` takes block scale `L / 2` of the chunk's 8, times `gs`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) fn lone_chunk_scales(scales: &[u8], gs: f32) -> __m512 {
+    let s = |j: usize| e4m3_to_f32(scales[j]) * gs;
+    #[rustfmt::skip]
+    let sv = _mm512_set_ps(
+        s(7), s(7), s(6), s(6), s(5), s(5), s(4), s(4),
+        s(3), s(3), s(2), s(2), s(1), s(1), s(0), s(0),
+    );
+    sv
+}
+
 /// One NVFP4 row (`packed` = cols/2 bytes, `scales` = cols/16) against `N`
 /// tokens of permuted activations `x` (`[N, cols]`); writes `out[..N]`.
 ///
@@ -92,12 +106,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
             c += 2;
         }
         if c < chunks {
-            let s = |j: usize| e4m3_to_f32(scales[8 * c + j]) * gs;
-            #[rustfmt::skip]
-            let sv = _mm512_set_ps(
-                s(7), s(7), s(6), s(6), s(5), s(5), s(4), s(4),
-                s(3), s(3), s(2), s(2), s(1), s(1), s(0), s(0),
-            );
+            let sv = lone_chunk_scales(&scales[8 * c..8 * c + 8], gs);
             nvfp4_chunk(
                 packed.as_ptr().add(64 * c),
                 sv,

@@ -18,7 +18,7 @@
 use core::arch::x86_64::*;
 use core::mem::transmute;
 
-use super::avx512::{e4m3x16, SCALE_IDX};
+use super::avx512::{e4m3x16, lone_chunk_scales, SCALE_IDX};
 use crate::weights::e4m3_to_f32;
 
 /// `2 * E2M1(code) + 12` for the low 4 bits of the index, repeated 4 times.
@@ -92,12 +92,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
             c += 2;
         }
         if c < chunks {
-            let s = |j: usize| e4m3_to_f32(scales[8 * c + j]) * gs;
-            #[rustfmt::skip]
-            let sv = _mm512_set_ps(
-                s(7), s(7), s(6), s(6), s(5), s(5), s(4), s(4),
-                s(3), s(3), s(2), s(2), s(1), s(1), s(0), s(0),
-            );
+            let sv = lone_chunk_scales(&scales[8 * c..8 * c + 8], gs);
             chunk(packed.as_ptr().add(64 * c), sv, x, c, cols, &mut acc[0]);
         }
         for (t, o) in out.iter_mut().enumerate().take(N) {
