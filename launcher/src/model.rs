@@ -128,8 +128,22 @@ pub fn open(path: Option<&Path>) -> Result<ModelFiles> {
 /// Opens a model pack: manifest, weights header, offsets, alignment and every
 /// tensor's dtype and shape are checked against the config (checksums are
 /// `pack verify`'s job); the tokenizer is the one pack.toml names.
+///
+/// The weights are copied into hugepage-backed memory first, as the VMM
+/// preloads them into guest RAM, so native and guest runs read weights the same
+/// way; `KORE_NATIVE_WEIGHTS=mmap` reads them through the file mapping instead.
 pub fn open_pack(path: &Path) -> Result<ModelFiles> {
-    let pack = Pack::open(path).map_err(|e| LaunchError::Model(e.to_string()))?;
+    let pack = match std::env::var("KORE_NATIVE_WEIGHTS").as_deref() {
+        Ok("mmap") => Pack::open(path),
+        Ok("resident") | Err(_) => Pack::open_resident(path, &crate::cmd::pack::Bar::default()),
+        Ok(other) => {
+            return Err(LaunchError::Usage(format!(
+                "KORE_NATIVE_WEIGHTS={other}: expected `resident` (the default) or `mmap`"
+            )))
+        }
+    }
+    .map_err(|e| LaunchError::Model(e.to_string()))?;
+    tracing::info!(pack = %path.display(), weights = %pack.residency(), "pack opened");
     let config = pack.engine_config();
     let tokenizer = load_tokenizer(&pack.tokenizer_path())?;
     let eos = pack.manifest().tokenizer.eos_token.clone();
@@ -144,6 +158,15 @@ pub fn open_pack(path: &Path) -> Result<ModelFiles> {
 }
 
 impl ModelFiles {
+    /// Where the weights live, for logs and `bench`: a pack's [`kore_pack::safetensors::Residency`],
+    /// or the file mapping of a Hugging Face directory.
+    pub fn residency(&self) -> String {
+        match &self.weights {
+            Weights::Hf(_) => "mapped from the file (4 KiB pages)".into(),
+            Weights::Pack(pack) => pack.residency().to_string(),
+        }
+    }
+
     /// The model, its weights checked against the config and borrowed from the files.
     pub fn model(&self) -> Result<Model<'_>> {
         match &self.weights {

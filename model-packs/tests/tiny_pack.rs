@@ -77,3 +77,31 @@ fn nvfp4_pack_agrees_with_bf16_on_held_out_text() {
     );
     assert!(rate >= 0.95, "agreement {rate:.4} < 0.95");
 }
+
+#[test]
+fn resident_pack_is_the_mapped_pack_on_hugepages() {
+    let mapped = Pack::open(repo("tiny")).unwrap();
+    let resident = Pack::open_resident(repo("tiny"), &NoProgress).unwrap();
+    assert_eq!(mapped.residency(), kore_pack::safetensors::Residency::Mapped);
+    assert_ne!(resident.residency(), kore_pack::safetensors::Residency::Mapped, "13 MB fits");
+    let ids = [1u32, 200, 3000, 45, 4000, 7];
+    let (a, b) = (mapped.model().unwrap(), resident.model().unwrap());
+    let la = a.forward(&mut a.new_state(), &ids, Logits::All).unwrap();
+    let lb = b.forward(&mut b.new_state(), &ids, Logits::All).unwrap();
+    assert!(la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()), "same bytes, same logits");
+}
+
+#[test]
+fn resident_open_rejects_a_truncated_pack() {
+    let out = temp_dir("tiny-truncated-resident");
+    for f in std::fs::read_dir(repo("tiny")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, out.join(f.file_name().unwrap())).unwrap();
+    }
+    let w = out.join("weights.safetensors");
+    let len = std::fs::metadata(&w).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&w).unwrap().set_len(len - 100).unwrap();
+    let err = Pack::open_resident(&out, &NoProgress).unwrap_err();
+    assert!(err.to_string().contains("weights.safetensors"), "{err}");
+    std::fs::remove_dir_all(out).unwrap();
+}

@@ -46,29 +46,14 @@ fn native(model: &kore_engine::Model<'_>, buf: &mut [u64], opts: &BenchOptions) 
            "threads": r.threads, "kernels": r.kernels})
 }
 
-/// The weights file copied into anonymous 2 MiB hugepages (from the reserved pool, as the
-/// VMM backs guest RAM), leaked for the test's lifetime.
+/// The weights file copied into 2 MiB pages as `kore-launch --native` does
+/// (`SafetensorsFile::open_resident`: the hugetlb pool when it has room), leaked for the
+/// test's lifetime.
 fn hugepage_copy(path: &Path) -> &'static [u8] {
-    let data = std::fs::read(path).unwrap();
-    let len = data.len().next_multiple_of(2 << 20);
-    reserve_hugepages((len >> 20) as u64);
-    // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED, "hugepage mapping of {len} bytes");
-    // SAFETY: `p` is a live, writable mapping of `len >= data.len()` bytes that nothing else
-    // references; it is never unmapped, so the slice may live for 'static.
-    let buf = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), data.len()) };
-    buf.copy_from_slice(&data);
-    buf
+    let file = kore_pack::safetensors::SafetensorsFile::open_resident(path, &kore_pack::NoProgress)
+        .unwrap();
+    eprintln!("native weights: {}", file.residency());
+    Box::leak(Box::new(file)).bytes()
 }
 
 /// Guest RAM besides the preloaded pack (the VMM maps the pack in its own region): the

@@ -8,7 +8,7 @@ mod daemon;
 mod doctor;
 mod down;
 mod generate;
-mod pack;
+pub(crate) mod pack;
 mod session;
 mod session_appliance;
 mod session_fake;

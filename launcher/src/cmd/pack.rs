@@ -124,7 +124,7 @@ fn synth(preset: &str, out: &Path, seed: u64) -> Result<()> {
 
 /// indicatif progress bars on stderr (hidden when stderr is not a terminal).
 #[derive(Default)]
-struct Bar(RefCell<Option<ProgressBar>>);
+pub(crate) struct Bar(RefCell<Option<ProgressBar>>);
 
 impl Progress for Bar {
     fn start(&self, label: &str, total: u64) {

@@ -10,9 +10,11 @@
 //! file stays loadable by the official safetensors libraries.
 
 mod header;
+mod resident;
 mod writer;
 
 pub use header::{parse_header, HeaderLimits, SafetensorsHeader, TensorInfo, MAX_HEADER_BYTES};
+pub use resident::{anon_huge_bytes, Residency};
 pub(crate) use writer::hex as hex_digest;
 pub use writer::{SafetensorsWriter, TensorSpec, PAD_PREFIX};
 
@@ -174,34 +176,48 @@ pub fn to_f32(name: &str, dtype: Dtype, data: &[u8]) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-/// A memory-mapped safetensors file whose header passed strict validation.
+/// A safetensors file whose header passed strict validation, mapped or copied
+/// into hugepage-backed memory ([`SafetensorsFile::open_resident`]).
 #[derive(Debug)]
 pub struct SafetensorsFile {
     path: PathBuf,
     map: memmap2::Mmap,
+    /// The file's length (a resident copy's mapping is longer, padded to 2 MiB).
+    len: usize,
+    residency: Residency,
     header: SafetensorsHeader,
 }
 
 impl SafetensorsFile {
     /// Opens, maps and strictly validates `path`.
     pub fn open(path: &Path) -> Result<Self> {
+        let len = file_len(path)?;
         let file = File::open(path).map_err(|e| PackError::io(path, e))?;
-        let len = file.metadata().map_err(|e| PackError::io(path, e))?.len();
-        if len < 8 {
-            return Err(PackError::Truncated {
-                file: path.to_path_buf(),
-                what: "the 8-byte header length".into(),
-                needed: 8,
-                actual: len,
-            });
-        }
-        // SAFETY: the map is read-only and private to this process. Packs and
-        // checkpoints are treated as immutable while open; a concurrent writer
-        // truncating the file could fault, which is the documented contract of
-        // every mmap-based model loader (nothing here writes through the map).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| PackError::io(path, e))?;
-        let header = parse_header(path, &map, HeaderLimits::default())?;
-        Ok(Self { path: path.to_path_buf(), map, header })
+        let map = resident::map_file(path, &file)?;
+        Self::validated(path, map, len, Residency::Mapped)
+    }
+
+    /// Opens `path`, copies it into hugepage-backed memory (see [`Residency`]) and
+    /// strictly validates it; `progress` sees the copy.
+    pub fn open_resident(path: &Path, progress: &dyn crate::progress::Progress) -> Result<Self> {
+        let len = file_len(path)?;
+        let (map, residency) = resident::load(path, len as u64, progress)?;
+        Self::validated(path, map, len, residency)
+    }
+
+    fn validated(
+        path: &Path,
+        map: memmap2::Mmap,
+        len: usize,
+        residency: Residency,
+    ) -> Result<Self> {
+        let header = parse_header(path, &map[..len], HeaderLimits::default())?;
+        Ok(Self { path: path.to_path_buf(), map, len, residency, header })
+    }
+
+    /// Where the bytes live.
+    pub fn residency(&self) -> Residency {
+        self.residency
     }
 
     /// The file's path.
@@ -216,7 +232,7 @@ impl SafetensorsFile {
 
     /// The whole file's bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.map
+        &self.map[..self.len]
     }
 
     /// A view of tensor `name`, if present.
@@ -233,7 +249,21 @@ impl SafetensorsFile {
             name: &info.name,
             dtype: info.dtype,
             shape: &info.shape,
-            data: &self.map[start..end],
+            data: &self.bytes()[start..end],
         }
     }
+}
+
+/// The length of `path`, which must hold at least the 8-byte header length.
+fn file_len(path: &Path) -> Result<usize> {
+    let len = std::fs::metadata(path).map_err(|e| PackError::io(path, e))?.len();
+    if len < 8 {
+        return Err(PackError::Truncated {
+            file: path.to_path_buf(),
+            what: "the 8-byte header length".into(),
+            needed: 8,
+            actual: len,
+        });
+    }
+    Ok(len as usize)
 }
