@@ -164,16 +164,9 @@ impl<'m> ModelEngine<'m> {
             return Ok(Decoder::Plain { sampler, prompt: Some(prompt.to_vec()), last: None });
         }
         let vocab = self.model.config.vocab_size;
-        let opts = SpecOptions { draft_vocab: draft_vocab(vocab), ..SpecOptions::new(drafts) };
+        let opts = SpecOptions { draft_vocab: kore_engine::spec::draft_vocab(vocab), ..SpecOptions::new(drafts) };
         Ok(Decoder::SpecPending { prompt: prompt.to_vec(), sampler, opts })
     }
-}
-
-/// Draft vocabulary: the lowest quarter of the ids (at least 1024; byte-level
-/// BPE ids are roughly frequency-ranked), as `kore-launch generate --native`
-/// uses, so guest and host report comparable `tokens_per_step`.
-fn draft_vocab(vocab: usize) -> usize {
-    (vocab / 4).max(1024).min(vocab)
 }
 
 /// Maps a forward failure to the service's error kinds.

@@ -26,12 +26,6 @@ const DEFAULT_MAX_TOKENS: usize = 128;
 /// that (re-measure with the `mtp_bench` test).
 pub const DEFAULT_MTP: usize = 0;
 
-/// Draft vocabulary: the lowest ids of the lm_head (byte-level BPE ids are
-/// roughly frequency-ranked); a quarter of the vocabulary, at least 1024.
-pub fn draft_vocab(vocab: usize) -> usize {
-    (vocab / 4).max(1024).min(vocab)
-}
-
 /// Runs `generate`.
 pub fn run(args: GenerateArgs) -> Result<()> {
     if !args.native {
@@ -157,7 +151,7 @@ fn decode(
     };
     let (generation, tokens_per_step, acceptance) = if mtp > 0 {
         let spec = SpecOptions {
-            draft_vocab: draft_vocab(model.config.vocab_size),
+            draft_vocab: kore_engine::spec::draft_vocab(model.config.vocab_size),
             ..SpecOptions::new(mtp)
         };
         let (g, stats) =
