@@ -14,7 +14,10 @@
 //! worker: while chunk c = next++ : rows of c x tiles of 16 tokens -> y [T, rows]
 //! ```
 
+mod delta;
 pub mod generic;
+
+pub use delta::{delta_step, delta_step_with, gemm_acc, gemm_acc_with, DeltaToken, Mat, MatMut};
 
 use alloc::borrow::Cow;
 use alloc::vec;
@@ -459,63 +462,6 @@ fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut
             }
         }
     }
-}
-
-/// One token of the gated delta rule on one head's state (see
-/// [`generic::delta_step`]) with the active kernel path.
-#[allow(clippy::too_many_arguments)]
-pub fn delta_step(
-    s: &mut [f32],
-    k: &[f32],
-    q: &[f32],
-    v: &[f32],
-    g: f32,
-    beta: f32,
-    u: &mut [f32],
-    o: &mut [f32],
-) {
-    delta_step_with(crate::simd::active(), s, k, q, v, g, beta, u, o);
-}
-
-/// [`delta_step`] with an explicit kernel path (AVX-512 for `dv % 16 == 0`,
-/// else the generic twin).
-///
-/// # Panics
-/// On shape mismatches, or if `path` is not supported by this CPU.
-#[allow(clippy::too_many_arguments)]
-pub fn delta_step_with(
-    path: Path,
-    s: &mut [f32],
-    k: &[f32],
-    q: &[f32],
-    v: &[f32],
-    g: f32,
-    beta: f32,
-    u: &mut [f32],
-    o: &mut [f32],
-) {
-    let (dk, dv) = (k.len(), v.len());
-    assert!(
-        s.len() == dk * dv && q.len() == dk && u.len() >= dv && o.len() == dv,
-        "delta_step shapes"
-    );
-    assert!(path.supported(), "kernel path {} is not supported by this CPU", path.name());
-    #[cfg(target_arch = "x86_64")]
-    if matches!(path, Path::Avx512 | Path::Avx512Vnni) && dv % 16 == 0 {
-        use crate::simd::avx512::delta_step as d;
-        // SAFETY: AVX-512 is supported (asserted); shapes asserted above and
-        // each `C` divides dv / 16.
-        unsafe {
-            match dv / 16 {
-                n if n % 8 == 0 => d::<8>(s, k, q, v, g, beta, o),
-                n if n % 4 == 0 => d::<4>(s, k, q, v, g, beta, o),
-                n if n % 2 == 0 => d::<2>(s, k, q, v, g, beta, o),
-                _ => d::<1>(s, k, q, v, g, beta, o),
-            }
-        }
-        return;
-    }
-    generic::delta_step(s, k, q, v, g, beta, &mut u[..dv], o);
 }
 
 /// Dot product of equal-length slices, with 8 partial sums.

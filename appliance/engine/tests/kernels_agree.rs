@@ -2,8 +2,8 @@
 //! token counts (tiles of 16 and their remainders) and pool sizes.
 
 use kore_engine::kernels::{
-    delta_step_with, matmul_with, matmuls_with, permute_nvfp4, permute_nvfp4_x8, q8_activations,
-    round_q8, Product,
+    delta_step_with, gemm_acc_with, matmul_with, matmuls_with, permute_nvfp4, permute_nvfp4_x8,
+    q8_activations, round_q8, DeltaToken, Mat, MatMut, Product,
 };
 use kore_engine::pool::{Parallel, Serial, ThreadPool};
 use kore_engine::simd::Path;
@@ -236,8 +236,9 @@ fn delta_step_paths_agree_with_generic() {
                 let q: Vec<f32> = (0..dk).map(|_| rng.f()).collect();
                 let v: Vec<f32> = (0..dv).map(|_| rng.f()).collect();
                 let (g, beta) = (0.5 + 0.5 * rng.f().abs(), rng.f().abs());
-                delta_step_with(Path::Generic, &mut s0, &k, &q, &v, g, beta, &mut u, &mut o0);
-                delta_step_with(path, &mut s1, &k, &q, &v, g, beta, &mut u, &mut o1);
+                let t = DeltaToken { k: &k, q: &q, v: &v, g, beta };
+                delta_step_with(Path::Generic, &mut s0, &t, &mut u, &mut o0);
+                delta_step_with(path, &mut s1, &t, &mut u, &mut o1);
                 // Magnitudes are O(dk): compare with a tolerance relative to them.
                 let tol = 1e-5 * (dk as f32 + 1.0);
                 for (i, (a, b)) in s0.iter().zip(&s1).enumerate() {
@@ -286,12 +287,48 @@ fn delta_step_is_the_reference_rule() {
     for path in Path::ALL.into_iter().filter(|p| p.supported()) {
         let mut st = s_init.clone();
         let (mut o, mut u) = (vec![0.0; dv], vec![0.0; dv]);
-        delta_step_with(path, &mut st, &k, &q, &v, g, beta, &mut u, &mut o);
+        let t = DeltaToken { k: &k, q: &q, v: &v, g, beta };
+        delta_step_with(path, &mut st, &t, &mut u, &mut o);
         for (a, b) in st.iter().zip(&s) {
             assert!((*a as f64 - b).abs() < 1e-5, "{}: state {a} vs {b}", path.name());
         }
         for (a, b) in o.iter().zip(&want_o) {
             assert!((*a as f64 - b).abs() < 1e-5, "{}: output {a} vs {b}", path.name());
+        }
+    }
+}
+
+#[test]
+fn gemm_acc_paths_agree_with_generic() {
+    // Odd shapes around the 8-row x 32-column tiles, row strides wider than
+    // the rows, accumulating into a non-zero C.
+    let mut rng = Rng(0x6E33);
+    let shapes = [(1, 1, 1), (3, 5, 7), (8, 32, 16), (9, 33, 64), (17, 16, 1), (64, 128, 128)];
+    for path in paths() {
+        for &(m, n, k) in &shapes {
+            for k in [k, 0] {
+                let (lda, ldb, ldc) = (k + 3, n + 5, n + 1);
+                let a: Vec<f32> = (0..m * lda).map(|_| rng.f()).collect();
+                let b: Vec<f32> = (0..k.max(1) * ldb).map(|_| rng.f()).collect();
+                let c0: Vec<f32> = (0..m * ldc).map(|_| rng.f()).collect();
+                let (mut want, mut got) = (c0.clone(), c0.clone());
+                let (av, bv) = (Mat { data: &a, ld: lda }, Mat { data: &b, ld: ldb });
+                gemm_acc_with(Path::Generic, m, n, k, av, bv, MatMut { data: &mut want, ld: ldc });
+                gemm_acc_with(path, m, n, k, av, bv, MatMut { data: &mut got, ld: ldc });
+                for i in 0..m {
+                    for j in 0..ldc {
+                        let (w, g) = (want[i * ldc + j], got[i * ldc + j]);
+                        if j >= n {
+                            assert_eq!(g, c0[i * ldc + j], "{} wrote past column {n}", path.name());
+                        }
+                        assert!(
+                            (w - g).abs() <= 1e-5 * (k as f32 + 1.0),
+                            "{} {m}x{n}x{k} C[{i},{j}]: {w} vs {g}",
+                            path.name()
+                        );
+                    }
+                }
+            }
         }
     }
 }

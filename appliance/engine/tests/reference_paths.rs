@@ -1,6 +1,7 @@
 //! The transformers reference tests (tests/reference.rs) again on every
 //! kernel path this CPU supports: this binary re-runs itself once per path
-//! with `KORE_KERNELS=<path>` and only the `reference::` tests. And a
+//! with `KORE_KERNELS=<path>` and only the `reference::` tests (DeltaNet
+//! as chosen, then forced into its chunked prefill form). And a
 //! threaded pool gives exactly the serial result (rows are split, never
 //! partial sums).
 
@@ -18,24 +19,24 @@ use kore_engine::Logits;
 
 #[test]
 fn reference_tests_pass_on_every_forced_path() {
+    // Each path twice: DeltaNet as the measured rule picks it (token by
+    // token on these small heads) and forced into the chunked prefill form
+    // from 2 tokens on (`KORE_DELTANET_CHUNKED_MIN`).
     let exe = std::env::current_exe().unwrap();
     for path in KernelPath::ALL.into_iter().filter(|p| p.supported()) {
-        let out = Command::new(&exe)
-            .args(["reference::", "--test-threads=1"])
-            .env("KORE_KERNELS", path.name())
-            .output()
-            .unwrap();
-        let log = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "reference tests on the {} kernels failed:\n{log}",
-            path.name()
-        );
-        assert!(
-            log.contains("test result: ok. 5 passed"),
-            "{}: unexpected run:\n{log}",
-            path.name()
-        );
+        for chunked in [None, Some("2")] {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["reference::", "--test-threads=1"]).env("KORE_KERNELS", path.name());
+            match chunked {
+                Some(n) => cmd.env("KORE_DELTANET_CHUNKED_MIN", n),
+                None => cmd.env_remove("KORE_DELTANET_CHUNKED_MIN"),
+            };
+            let out = cmd.output().unwrap();
+            let log = String::from_utf8_lossy(&out.stdout);
+            let what = format!("{} kernels, chunked from {chunked:?} tokens", path.name());
+            assert!(out.status.success(), "reference tests on the {what} failed:\n{log}");
+            assert!(log.contains("test result: ok. 5 passed"), "{what}: unexpected run:\n{log}");
+        }
     }
 }
 

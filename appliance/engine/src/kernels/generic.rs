@@ -2,6 +2,7 @@
 //! the path on CPUs without AVX2. A row is decoded to f32 once
 //! (`Linear::decode_row`) and dotted with each token's activations.
 
+use super::{DeltaToken, Mat, MatMut};
 use crate::weights::Linear;
 
 /// One weight row `r` against `n` tokens of `x` (`[n, cols]`, unpermuted):
@@ -65,32 +66,37 @@ pub fn read_sum(buf: &[u64]) -> u64 {
 /// ```
 ///
 /// `u` is scratch of `dv` floats; `o` receives the output.
-#[allow(clippy::too_many_arguments)]
-pub fn delta_step(
-    s: &mut [f32],
-    k: &[f32],
-    q: &[f32],
-    v: &[f32],
-    g: f32,
-    beta: f32,
-    u: &mut [f32],
-    o: &mut [f32],
-) {
-    let dv = v.len();
+pub fn delta_step(s: &mut [f32], t: &DeltaToken<'_>, u: &mut [f32], o: &mut [f32]) {
+    let (dv, g, beta) = (t.v.len(), t.g, t.beta);
     u.fill(0.0);
-    for (row, &ki) in s.chunks_exact(dv).zip(k) {
+    for (row, &ki) in s.chunks_exact(dv).zip(t.k) {
         for (a, sv) in u.iter_mut().zip(row) {
             *a += sv * ki;
         }
     }
-    for (d, vv) in u.iter_mut().zip(v) {
+    for (d, vv) in u.iter_mut().zip(t.v) {
         *d = beta * (vv - g * *d);
     }
     o.fill(0.0);
-    for (row, (&ki, &qi)) in s.chunks_exact_mut(dv).zip(k.iter().zip(q)) {
+    for (row, (&ki, &qi)) in s.chunks_exact_mut(dv).zip(t.k.iter().zip(t.q)) {
         for ((sv, d), ov) in row.iter_mut().zip(&*u).zip(o.iter_mut()) {
             *sv = g * *sv + ki * d;
             *ov += qi * *sv;
+        }
+    }
+}
+
+/// `C[m, n] += A[m, k] B[k, n]` on row-major views (the twin of
+/// `simd::avx512::gemm_acc`; sums over `k` in order).
+pub fn gemm_acc(m: usize, n: usize, k: usize, a: Mat<'_>, b: Mat<'_>, c: MatMut<'_>) {
+    for i in 0..m {
+        let crow = &mut c.data[i * c.ld..i * c.ld + n];
+        for p in 0..k {
+            let aip = a.data[i * a.ld + p];
+            let brow = &b.data[p * b.ld..p * b.ld + n];
+            for (cv, bv) in crow.iter_mut().zip(brow) {
+                *cv += aip * bv;
+            }
         }
     }
 }

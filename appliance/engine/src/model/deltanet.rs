@@ -1,12 +1,20 @@
 //! Gated DeltaNet (linear attention) layer: projections, causal depthwise
 //! conv with a rolling window, L2-normalised q/k, the gated delta rule on an
 //! f32 per-value-head state, the gated RMSNorm and the output projection.
+//! The rule runs token by token (decode, short batches, and whenever the
+//! state after every token is checkpointed for speculative verification) or,
+//! for long enough prompts on large enough heads ([`chunked_min_tokens`]),
+//! in the chunked form of [`chunked`].
+
+mod chunked;
 
 use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::config::ModelConfig;
-use crate::kernels::{matmul_on, matmuls_on, Product};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::kernels::{delta_step, matmul_on, matmuls_on, DeltaToken, Product};
 use crate::ops::{l2_norm, rms_norm_gated, sigmoid, silu, softplus};
 use crate::pool::{split, Parallel};
 use crate::tensor::TensorSource;
@@ -132,9 +140,13 @@ impl<'a> DeltaNet<'a> {
             }
         }
 
-        // The recurrence: value heads are independent, so workers take whole
-        // heads and run every token through them (a head's state stays in cache).
+        // The rule: value heads are independent, so workers take whole heads
+        // and run every token through them (a head's state stays in cache).
+        // Long prompts without checkpoints take the chunked form.
         let mut core = vec![0.0; tokens * vd]; // [T, value_dim]
+        let seq = Seq { qkv: &qkv, z: &z, beta: &b, decay: &decay, tokens };
+        let (dk, dv) = (cfg.linear_key_head_dim, cfg.linear_value_head_dim);
+        let chunk = ckpt.is_none() && tokens >= chunked_min_tokens(dk, dv);
         let ck = ckpt.map(|c| Shared(c[base..].as_mut_ptr()));
         let (st, out) = (Shared(recurrent.as_mut_ptr()), Shared(core.as_mut_ptr()));
         let heads = |w: usize, n: usize| {
@@ -143,7 +155,13 @@ impl<'a> DeltaNet<'a> {
                 // SAFETY: head h's state, its output columns and its checkpoint
                 // slices are touched by this worker only (heads split disjointly);
                 // all buffers outlive `pool.run`.
-                unsafe { self.head(cfg, h, tokens, &qkv, &z, &b, &decay, st, out, ck, conv_len) };
+                unsafe {
+                    if chunk {
+                        self.head_chunked(cfg, h, &seq, st, out);
+                    } else {
+                        self.head(cfg, h, &seq, st, out, ck, conv_len);
+                    }
+                }
             }
         };
         if tokens * hv * cfg.linear_key_head_dim * cfg.linear_value_head_dim < 1 << 16 {
@@ -168,11 +186,7 @@ impl<'a> DeltaNet<'a> {
         &self,
         cfg: &ModelConfig,
         h: usize,
-        tokens: usize,
-        qkv: &[f32],
-        z: &[f32],
-        beta: &[f32],
-        decay: &[f32],
+        seq: &Seq<'_>,
         st: Shared,
         out: Shared,
         ck: Option<Shared>,
@@ -186,21 +200,20 @@ impl<'a> DeltaNet<'a> {
         // SAFETY: per the contract, head h's state slice is ours alone.
         let s = unsafe { core::slice::from_raw_parts_mut(st.0.add(h * dk * dv), dk * dv) };
         let mut u = vec![0.0; dv];
-        for t in 0..tokens {
-            let row = &qkv[t * cd..(t + 1) * cd];
-            let q = &row[kh * dk..(kh + 1) * dk];
-            let k = &row[kd + kh * dk..kd + (kh + 1) * dk];
-            let v = &row[2 * kd + h * dv..2 * kd + (h + 1) * dv];
+        for t in 0..seq.tokens {
+            let row = &seq.qkv[t * cd..(t + 1) * cd];
+            let tok = DeltaToken {
+                q: &row[kh * dk..(kh + 1) * dk],
+                k: &row[kd + kh * dk..kd + (kh + 1) * dk],
+                v: &row[2 * kd + h * dv..2 * kd + (h + 1) * dv],
+                g: seq.decay[t * hv + h],
+                beta: seq.beta[t * hv + h],
+            };
             // SAFETY: output columns h*dv.. of token t are ours alone.
             let o = unsafe { core::slice::from_raw_parts_mut(out.0.add(t * vd + h * dv), dv) };
-            let (g, bt) = (decay[t * hv + h], beta[t * hv + h]);
-            crate::kernels::delta_step(s, k, q, v, g, bt, &mut u, o);
-            rms_norm_gated(
-                o,
-                &z[t * vd + h * dv..t * vd + (h + 1) * dv],
-                &self.norm,
-                cfg.rms_norm_eps,
-            );
+            delta_step(s, &tok, &mut u, o);
+            let z = &seq.z[t * vd + h * dv..t * vd + (h + 1) * dv];
+            rms_norm_gated(o, z, &self.norm, cfg.rms_norm_eps);
             if let Some(ck) = ck {
                 // SAFETY: head h's part of token t's checkpoint is ours alone.
                 let dst = unsafe {
@@ -212,6 +225,47 @@ impl<'a> DeltaNet<'a> {
                 dst.copy_from_slice(s);
             }
         }
+    }
+
+    /// [`DeltaNet::head`] in the chunked form (no checkpoints).
+    ///
+    /// # Safety
+    /// As [`DeltaNet::head`].
+    unsafe fn head_chunked(
+        &self,
+        cfg: &ModelConfig,
+        h: usize,
+        seq: &Seq<'_>,
+        st: Shared,
+        out: Shared,
+    ) {
+        let (dk, dv, hv) =
+            (cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_num_value_heads);
+        let (kd, vd, cd) = (cfg.linear_key_dim(), cfg.linear_value_dim(), cfg.linear_conv_dim());
+        let kh = h / (hv / cfg.linear_num_key_heads);
+        let hs = chunked::HeadSeq {
+            rows: seq.qkv,
+            stride: cd,
+            q: kh * dk,
+            k: kd + kh * dk,
+            v: 2 * kd + h * dv,
+            decay: seq.decay,
+            beta: seq.beta,
+            gb_stride: hv,
+            gb: h,
+            tokens: seq.tokens,
+            dk,
+            dv,
+        };
+        // SAFETY: per the contract, head h's state slice is ours alone.
+        let s = unsafe { core::slice::from_raw_parts_mut(st.0.add(h * dk * dv), dk * dv) };
+        chunked::run_head(crate::simd::active(), &hs, s, |t, o| {
+            let z = &seq.z[t * vd + h * dv..t * vd + (h + 1) * dv];
+            rms_norm_gated(o, z, &self.norm, cfg.rms_norm_eps);
+            // SAFETY: output columns h*dv.. of token t are ours alone.
+            let dst = unsafe { core::slice::from_raw_parts_mut(out.0.add(t * vd + h * dv), dv) };
+            dst.copy_from_slice(o);
+        });
     }
 
     /// Causal depthwise conv + SiLU for one token, in place on `row`
@@ -244,6 +298,67 @@ impl<'a> DeltaNet<'a> {
             qh.iter_mut().for_each(|v| *v *= scale);
         }
     }
+}
+
+/// A layer's per-token inputs to the rule, after the conv and the gates.
+struct Seq<'s> {
+    /// `[T, conv_dim]`: q | k | v, normalised.
+    qkv: &'s [f32],
+    /// `[T, value_dim]`: the norm's gate.
+    z: &'s [f32],
+    /// `[T, Hv]`: write strengths.
+    beta: &'s [f32],
+    /// `[T, Hv]`: `exp(g)`.
+    decay: &'s [f32],
+    tokens: usize,
+}
+
+/// Forced [`chunked_min_tokens`]: 0 = not read yet, `AUTO` = the measured rule.
+static CHUNKED_MIN: AtomicUsize = AtomicUsize::new(0);
+const AUTO: usize = usize::MAX;
+
+/// Prompt length from which the chunked form pays (measured, docs/benchmarks.md).
+const CHUNKED_MIN_TOKENS: usize = 32;
+
+/// Head state size above which the chunked form pays: a smaller state
+/// stays in L1 through the token-by-token rule, which then wins
+/// (measured: 4x faster at 32x32, 2x at 64x64, 1.2-1.9x slower at 128x128).
+const CHUNKED_MIN_STATE: usize = 32 * 1024 / 4;
+
+/// Whether a DeltaNet forward of `tokens` tokens (without checkpoints) on
+/// heads of `dk x dv` takes the chunked form: from 32 tokens on heads whose
+/// state exceeds 32 KiB (Qwen3.5's 128 x 128), unless forced by
+/// [`set_chunked_min_tokens`] or, with feature `std`, the environment
+/// variable `KORE_DELTANET_CHUNKED_MIN` (a positive count: chunked from
+/// that many tokens at any head size), read at first use.
+pub fn chunked_min_tokens(dk: usize, dv: usize) -> usize {
+    let mut n = CHUNKED_MIN.load(Ordering::Relaxed);
+    if n == 0 {
+        n = initial_chunked_min().unwrap_or(AUTO);
+        CHUNKED_MIN.store(n, Ordering::Relaxed);
+    }
+    match n {
+        AUTO if dk * dv > CHUNKED_MIN_STATE => CHUNKED_MIN_TOKENS,
+        AUTO => usize::MAX,
+        n => n,
+    }
+}
+
+/// Forces [`chunked_min_tokens`] for every later forward in this process:
+/// `Some(n)` = chunked from `n` tokens at any head size (`usize::MAX`:
+/// never), `None` = the measured rule.
+pub fn set_chunked_min_tokens(n: Option<usize>) {
+    CHUNKED_MIN.store(n.map_or(AUTO, |n| n.clamp(1, AUTO - 1)), Ordering::Relaxed);
+}
+
+#[cfg(feature = "std")]
+fn initial_chunked_min() -> Option<usize> {
+    std::env::var("KORE_DELTANET_CHUNKED_MIN").ok()?.trim().parse().ok().filter(|&n| n > 0)
+}
+
+#[cfg(not(feature = "std"))]
+fn initial_chunked_min() -> Option<usize> {
+    None
 }
 
 /// A raw pointer into a buffer whose disjoint parts workers write.

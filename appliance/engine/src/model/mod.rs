@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 pub use attention::Attention;
-pub use deltanet::DeltaNet;
+pub use deltanet::{chunked_min_tokens, set_chunked_min_tokens, DeltaNet};
 pub use mtp::{MtpError, MtpState};
 
 use crate::config::{ConfigError, LayerKind, ModelConfig};

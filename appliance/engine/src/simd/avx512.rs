@@ -16,6 +16,7 @@
 use core::arch::x86_64::*;
 
 use super::avx2::E2M1_LUT;
+use crate::kernels::{DeltaToken, Mat, MatMut};
 use crate::weights::e4m3_to_f32;
 
 /// Reads 16 E4M3 bytes as f32 times `gs` (exact E4M3 decode: the bits are
@@ -346,28 +347,20 @@ pub(crate) unsafe fn read_sum(buf: &[u64]) -> u64 {
 ///
 /// # Safety
 /// AVX-512 F must be available; `dv % (16 * C) == 0`, `s.len() == k.len() * dv`,
-/// `q.len() == k.len()`, `v`, `u`, `o` hold `dv` floats.
-#[allow(clippy::too_many_arguments)]
+/// `q.len() == k.len()`, `v` and `o` hold `dv` floats.
 #[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn delta_step<const C: usize>(
-    s: &mut [f32],
-    k: &[f32],
-    q: &[f32],
-    v: &[f32],
-    g: f32,
-    beta: f32,
-    o: &mut [f32],
-) {
+pub(crate) unsafe fn delta_step<const C: usize>(s: &mut [f32], t: &DeltaToken<'_>, o: &mut [f32]) {
+    let (k, q, v) = (t.k, t.q, t.v);
     let (dk, dv) = (k.len(), v.len());
     // SAFETY: block b covers lanes [b*16C, (b+1)*16C) < dv of every row i < dk,
     // inside `s` (dk*dv), `v` and `o` (dv) by the preconditions.
     unsafe {
-        let (gv, bv) = (_mm512_set1_ps(g), _mm512_set1_ps(beta));
+        let (gv, bv) = (_mm512_set1_ps(t.g), _mm512_set1_ps(t.beta));
         let sp = s.as_mut_ptr();
         for b in (0..dv).step_by(16 * C) {
             let mut u = [_mm512_setzero_ps(); C];
-            for i in 0..dk {
-                let ki = _mm512_set1_ps(k[i]);
+            for (i, &kv) in k.iter().enumerate() {
+                let ki = _mm512_set1_ps(kv);
                 for (c, a) in u.iter_mut().enumerate() {
                     *a = _mm512_fmadd_ps(_mm512_loadu_ps(sp.add(i * dv + b + 16 * c)), ki, *a);
                 }
@@ -389,6 +382,99 @@ pub(crate) unsafe fn delta_step<const C: usize>(
             }
             for (c, a) in acc.iter().enumerate() {
                 _mm512_storeu_ps(o.as_mut_ptr().add(b + 16 * c), *a);
+            }
+        }
+    }
+}
+
+/// [`crate::kernels::generic::gemm_acc`]: `C[m, n] += A[m, k] B[k, n]` in
+/// tiles of up to 8 rows x 32 columns, the tile's sums in 16 registers while
+/// `k` runs (two B vectors loaded and each A element broadcast per step);
+/// column tails masked.
+///
+/// # Safety
+/// AVX-512 F must be available; each view holds its shape (`(rows - 1) * ld
+/// + cols` elements, `cols <= ld`).
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn gemm_acc(m: usize, n: usize, k: usize, a: Mat<'_>, b: Mat<'_>, c: MatMut<'_>) {
+    let (ap, bp, cp) = (a.data.as_ptr(), b.data.as_ptr(), c.data.as_mut_ptr());
+    let mask = |w: usize| if w >= 16 { 0xFFFF } else { ((1u32 << w) - 1) as u16 };
+    for j in (0..n).step_by(32) {
+        let w = (n - j).min(32);
+        let cols = (mask(w), mask(w.saturating_sub(16)));
+        for i in (0..m).step_by(8) {
+            let t = Tile {
+                a: ap.wrapping_add(i * a.ld),
+                lda: a.ld,
+                b: bp.wrapping_add(j),
+                ldb: b.ld,
+                c: cp.wrapping_add(i * c.ld + j),
+                ldc: c.ld,
+                k,
+                cols,
+            };
+            // SAFETY: rows i..i+R of A and C and columns j..j+w of B and C
+            // are inside the views (R = min(8, m - i), masks cover w).
+            unsafe {
+                match m - i {
+                    1 => t.run::<1>(),
+                    2 => t.run::<2>(),
+                    3 => t.run::<3>(),
+                    4 => t.run::<4>(),
+                    5 => t.run::<5>(),
+                    6 => t.run::<6>(),
+                    7 => t.run::<7>(),
+                    _ => t.run::<8>(),
+                }
+            }
+        }
+    }
+}
+
+/// One output tile of [`gemm_acc`]: `R` rows from `a`/`c`, up to 32
+/// columns from `b`/`c` (lanes enabled by `cols`).
+struct Tile {
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    k: usize,
+    cols: (u16, u16),
+}
+
+impl Tile {
+    /// # Safety
+    /// AVX-512 F; `R` rows of `k` elements at `a`, `k` rows of the enabled
+    /// columns at `b`, `R` rows of them at `c`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn run<const R: usize>(&self) {
+        let (m0, m1) = self.cols;
+        // SAFETY: masked loads and stores touch only enabled columns of rows
+        // inside the ranges the caller guarantees.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); 2]; R];
+            for (r, ar) in acc.iter_mut().enumerate() {
+                let row = self.c.add(r * self.ldc);
+                ar[0] = _mm512_maskz_loadu_ps(m0, row);
+                ar[1] = _mm512_maskz_loadu_ps(m1, row.add(16));
+            }
+            for p in 0..self.k {
+                let brow = self.b.add(p * self.ldb);
+                let b0 = _mm512_maskz_loadu_ps(m0, brow);
+                let b1 = _mm512_maskz_loadu_ps(m1, brow.add(16));
+                for (r, ar) in acc.iter_mut().enumerate() {
+                    let x = _mm512_set1_ps(*self.a.add(r * self.lda + p));
+                    ar[0] = _mm512_fmadd_ps(x, b0, ar[0]);
+                    ar[1] = _mm512_fmadd_ps(x, b1, ar[1]);
+                }
+            }
+            for (r, ar) in acc.iter().enumerate() {
+                let row = self.c.add(r * self.ldc);
+                _mm512_mask_storeu_ps(row, m0, ar[0]);
+                _mm512_mask_storeu_ps(row.add(16), m1, ar[1]);
             }
         }
     }
