@@ -19,9 +19,8 @@ use kore_engine::Logits;
 
 #[test]
 fn reference_tests_pass_on_every_forced_path() {
-    // Each path twice: DeltaNet as the measured rule picks it (token by
-    // token on these small heads) and forced into the chunked prefill form
-    // from 2 tokens on (`KORE_DELTANET_CHUNKED_MIN`).
+    // Each path twice: DeltaNet token by token (the default) and forced into
+    // the chunked prefill form from 2 tokens on (`KORE_DELTANET_CHUNKED_MIN`).
     let exe = std::env::current_exe().unwrap();
     for path in KernelPath::ALL.into_iter().filter(|p| p.supported()) {
         for chunked in [None, Some("2")] {

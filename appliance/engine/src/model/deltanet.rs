@@ -3,8 +3,8 @@
 //! f32 per-value-head state, the gated RMSNorm and the output projection.
 //! The rule runs token by token (decode, short batches, and whenever the
 //! state after every token is checkpointed for speculative verification) or,
-//! for long enough prompts on large enough heads ([`chunked_min_tokens`]),
-//! in the chunked form of [`chunked`].
+//! when forced for long enough prompts ([`chunked_min_tokens`]), in the
+//! chunked form of [`chunked`] (measured slower here, so off by default).
 
 mod chunked;
 
@@ -142,11 +142,10 @@ impl<'a> DeltaNet<'a> {
 
         // The rule: value heads are independent, so workers take whole heads
         // and run every token through them (a head's state stays in cache).
-        // Long prompts without checkpoints take the chunked form.
+        // Prompts without checkpoints may take the chunked form.
         let mut core = vec![0.0; tokens * vd]; // [T, value_dim]
         let seq = Seq { qkv: &qkv, z: &z, beta: &b, decay: &decay, tokens };
-        let (dk, dv) = (cfg.linear_key_head_dim, cfg.linear_value_head_dim);
-        let chunk = ckpt.is_none() && tokens >= chunked_min_tokens(dk, dv);
+        let chunk = ckpt.is_none() && tokens >= chunked_min_tokens();
         let ck = ckpt.map(|c| Shared(c[base..].as_mut_ptr()));
         let (st, out) = (Shared(recurrent.as_mut_ptr()), Shared(core.as_mut_ptr()));
         let heads = |w: usize, n: usize| {
@@ -313,40 +312,29 @@ struct Seq<'s> {
     tokens: usize,
 }
 
-/// Forced [`chunked_min_tokens`]: 0 = not read yet, `AUTO` = the measured rule.
+/// Forced [`chunked_min_tokens`]: 0 = not read yet, `AUTO` = never chunked.
 static CHUNKED_MIN: AtomicUsize = AtomicUsize::new(0);
 const AUTO: usize = usize::MAX;
 
-/// Prompt length from which the chunked form pays (measured, docs/benchmarks.md).
-const CHUNKED_MIN_TOKENS: usize = 32;
-
-/// Head state size above which the chunked form pays: a smaller state
-/// stays in L1 through the token-by-token rule, which then wins
-/// (measured: 4x faster at 32x32, 2x at 64x64, 1.2-1.9x slower at 128x128).
-const CHUNKED_MIN_STATE: usize = 32 * 1024 / 4;
-
-/// Whether a DeltaNet forward of `tokens` tokens (without checkpoints) on
-/// heads of `dk x dv` takes the chunked form: from 32 tokens on heads whose
-/// state exceeds 32 KiB (Qwen3.5's 128 x 128), unless forced by
-/// [`set_chunked_min_tokens`] or, with feature `std`, the environment
-/// variable `KORE_DELTANET_CHUNKED_MIN` (a positive count: chunked from
-/// that many tokens at any head size), read at first use.
-pub fn chunked_min_tokens(dk: usize, dv: usize) -> usize {
+/// Whether a DeltaNet forward of `tokens` tokens (without checkpoints)
+/// takes the chunked form: only when forced by [`set_chunked_min_tokens`]
+/// or, with feature `std`, the environment variable
+/// `KORE_DELTANET_CHUNKED_MIN` (a positive count: chunked from that many
+/// tokens), read at first use. By default never: measured on this machine
+/// (docs/benchmarks.md, DeltaNet), the chunked form took 1.2-1.3x less time
+/// than the token-by-token rule on one 128 x 128 head alone but 1.6x more
+/// inside 2b-pack prefill, and 3-4x more on heads of 64 x 64 and smaller.
+pub fn chunked_min_tokens() -> usize {
     let mut n = CHUNKED_MIN.load(Ordering::Relaxed);
     if n == 0 {
         n = initial_chunked_min().unwrap_or(AUTO);
         CHUNKED_MIN.store(n, Ordering::Relaxed);
     }
-    match n {
-        AUTO if dk * dv > CHUNKED_MIN_STATE => CHUNKED_MIN_TOKENS,
-        AUTO => usize::MAX,
-        n => n,
-    }
+    n
 }
 
 /// Forces [`chunked_min_tokens`] for every later forward in this process:
-/// `Some(n)` = chunked from `n` tokens at any head size (`usize::MAX`:
-/// never), `None` = the measured rule.
+/// `Some(n)` = chunked from `n` tokens, `None` = never (the default).
 pub fn set_chunked_min_tokens(n: Option<usize>) {
     CHUNKED_MIN.store(n.map_or(AUTO, |n| n.clamp(1, AUTO - 1)), Ordering::Relaxed);
 }
