@@ -4,11 +4,128 @@
 //! a checkpoint; `reset` starts a new sequence. [`Checkpoints`] record the
 //! DeltaNet states after every token of one forward call so that speculative
 //! decoding can [`State::rewind`] to the accepted prefix without recomputing.
+//!
+//! Attention keys and values are kept as f32 (the default: the transformers
+//! reference tests hold to 1e-4 only with it) or f16 ([`KvPrecision`]), which
+//! halves what decode reads at long context.
 
 use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::config::{LayerKind, ModelConfig};
+use crate::simd::attn::KvElem;
+
+/// Element type of the attention KV cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KvPrecision {
+    /// f32: exact (what the reference tests check).
+    #[default]
+    F32,
+    /// IEEE f16, rounded to nearest even: half the bytes; logits move by
+    /// about 1e-3 on the reference fixtures (over their 1e-4 tolerance).
+    F16,
+}
+
+impl KvPrecision {
+    /// The default of new states: [`KvPrecision::F32`], or with feature
+    /// `std` the environment variable `KORE_KV` (`f16` or `f32`), a
+    /// measurement switch (the Kore guest always uses the default).
+    pub fn initial() -> Self {
+        #[cfg(feature = "std")]
+        if let Ok(v) = std::env::var("KORE_KV") {
+            if v.trim() == "f16" {
+                return KvPrecision::F16;
+            }
+        }
+        KvPrecision::F32
+    }
+
+    /// Bytes per cached element.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvPrecision::F32 => 4,
+            KvPrecision::F16 => 2,
+        }
+    }
+}
+
+/// One attention layer's keys or values, `[positions, kv_heads, head_dim]`.
+#[derive(Clone, Debug)]
+pub enum Kv {
+    /// f32 elements.
+    F32(Vec<f32>),
+    /// f16 elements (IEEE bits).
+    F16(Vec<u16>),
+}
+
+impl Default for Kv {
+    fn default() -> Self {
+        Kv::new(KvPrecision::initial())
+    }
+}
+
+impl Kv {
+    /// An empty cache of this precision.
+    pub fn new(p: KvPrecision) -> Self {
+        match p {
+            KvPrecision::F32 => Kv::F32(Vec::new()),
+            KvPrecision::F16 => Kv::F16(Vec::new()),
+        }
+    }
+
+    /// Element type.
+    pub fn precision(&self) -> KvPrecision {
+        match self {
+            Kv::F32(_) => KvPrecision::F32,
+            Kv::F16(_) => KvPrecision::F16,
+        }
+    }
+
+    /// Elements cached.
+    pub fn len(&self) -> usize {
+        match self {
+            Kv::F32(v) => v.len(),
+            Kv::F16(v) => v.len(),
+        }
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keeps the first `n` elements.
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            Kv::F32(v) => v.truncate(n),
+            Kv::F16(v) => v.truncate(n),
+        }
+    }
+
+    /// Forgets everything (keeps the allocation).
+    pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    /// Appends `x`, rounded to the cache's precision.
+    pub fn extend_f32(&mut self, x: &[f32]) {
+        fn ext<E: KvElem>(v: &mut Vec<E>, x: &[f32]) {
+            v.extend(x.iter().map(|&a| E::from_f32(a)));
+        }
+        match self {
+            Kv::F32(v) => v.extend_from_slice(x),
+            Kv::F16(v) => ext(v, x),
+        }
+    }
+
+    /// Element `i` as f32.
+    pub fn get(&self, i: usize) -> f32 {
+        match self {
+            Kv::F32(v) => v[i],
+            Kv::F16(v) => v[i].to_f32(),
+        }
+    }
+}
 
 /// Cache of one decoder layer.
 #[derive(Clone, Debug)]
@@ -23,9 +140,9 @@ pub enum LayerState {
     /// Full attention layer.
     Full {
         /// Keys after norm and RoPE, `[positions, kv_heads, head_dim]`.
-        k: Vec<f32>,
+        k: Kv,
         /// Values, `[positions, kv_heads, head_dim]`.
-        v: Vec<f32>,
+        v: Kv,
     },
 }
 
@@ -38,8 +155,14 @@ pub struct State {
 }
 
 impl State {
-    /// An empty state for a model with this config.
+    /// An empty state for a model with this config (KV precision
+    /// [`KvPrecision::initial`]).
     pub fn new(cfg: &ModelConfig) -> Self {
+        Self::with_kv(cfg, KvPrecision::initial())
+    }
+
+    /// An empty state whose attention caches hold `kv` elements.
+    pub fn with_kv(cfg: &ModelConfig, kv: KvPrecision) -> Self {
         let layers = cfg
             .layer_types
             .iter()
@@ -53,7 +176,7 @@ impl State {
                             * cfg.linear_value_head_dim
                     ],
                 },
-                LayerKind::Full => LayerState::Full { k: Vec::new(), v: Vec::new() },
+                LayerKind::Full => LayerState::Full { k: Kv::new(kv), v: Kv::new(kv) },
             })
             .collect();
         State { pos: 0, layers, last_hidden: vec![0.0; cfg.hidden_size] }
@@ -72,6 +195,43 @@ impl State {
     /// Per-layer caches.
     pub fn layers(&self) -> &[LayerState] {
         &self.layers
+    }
+
+    /// Bytes of attention keys and values cached.
+    pub fn kv_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Full { k, v } => (k.len() + v.len()) * k.precision().bytes(),
+                LayerState::Linear { .. } => 0,
+            })
+            .sum()
+    }
+
+    /// Appends `depth` positions of synthetic keys and values (deterministic
+    /// pseudo-random values in [-1, 1) from `seed`) to every attention layer
+    /// and advances the position, leaving the DeltaNet states as they are:
+    /// for measuring decode at a context depth without prefilling it.
+    pub fn push_synthetic_context(&mut self, cfg: &ModelConfig, depth: usize, seed: u64) {
+        let row = cfg.num_key_value_heads * cfg.head_dim;
+        let mut x = seed | 1;
+        let mut buf = vec![0.0f32; row];
+        for l in &mut self.layers {
+            if let LayerState::Full { k, v } = l {
+                for _ in 0..depth {
+                    for kv in [&mut *k, &mut *v] {
+                        for b in buf.iter_mut() {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            *b = (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+                        }
+                        kv.extend_f32(&buf);
+                    }
+                }
+            }
+        }
+        self.pos += depth;
     }
 
     /// Forgets the sequence (keeps allocations).

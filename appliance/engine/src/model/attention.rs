@@ -1,15 +1,27 @@
 //! Gated full attention: q_proj yields a query and an output gate per head,
 //! per-head (1+w) q_norm/k_norm, partial rotate-half RoPE, grouped-query
 //! attention over the KV cache, `o_proj(attn * sigmoid(gate))`.
+//!
+//! The attention itself ([`attend`]) is an online softmax over blocks of
+//! keys (`simd::attn` kernels: scores, exp, weighted value sums, on f32 or f16
+//! caches) with work items of (token, KV head, key piece) taken by the pool's
+//! workers from a shared counter; no allocation per key. For decode (few
+//! tokens) long contexts are cut into fixed pieces merged afterwards, so the
+//! cost per step is linear in the context and spread over every worker.
 
 use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::ops::Range;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::config::ModelConfig;
-use crate::kernels::{dot, matmul_on, matmuls_on, Product};
-use crate::ops::{rms_norm_1p, rope, sigmoid, softmax};
+use crate::kernels::{matmul_on, matmuls_on, Product};
+use crate::ops::{exp, rms_norm_1p, rope, sigmoid_in_place};
 use crate::pool::Parallel;
+use crate::simd::attn::{self, KvElem};
+use crate::simd::Path;
+use crate::state::Kv;
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
 
@@ -60,8 +72,8 @@ impl<'a> Attention<'a> {
         x: &[f32],
         tokens: usize,
         pos0: usize,
-        k_cache: &mut Vec<f32>,
-        v_cache: &mut Vec<f32>,
+        k_cache: &mut Kv,
+        v_cache: &mut Kv,
     ) -> Vec<f32> {
         let (hd, nq, nkv) = (cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads);
         let mut qg = vec![0.0; tokens * nq * hd * 2]; // [T, nq, 2, hd]: query | gate per head
@@ -86,38 +98,287 @@ impl<'a> Attention<'a> {
                 rope(kh, pos0 + t, inv_freq);
             }
         }
-        k_cache.extend_from_slice(&k);
-        v_cache.extend_from_slice(&v);
+        k_cache.extend_f32(&k);
+        v_cache.extend_f32(&v);
 
+        let shape = Shape { hd, nq, nkv, tokens, pos0 };
         let mut attn = vec![0.0; tokens * nq * hd]; // [T, nq, hd]
-        let scale = 1.0 / libm::sqrtf(hd as f32);
-        let group = nq / nkv;
-        let mut scores = Vec::new();
-        for t in 0..tokens {
-            let len = pos0 + t + 1; // causal: keys 0..=pos
-            for h in 0..nq {
-                let q = &qg[(t * nq + h) * 2 * hd..(t * nq + h) * 2 * hd + hd];
-                let gate = &qg[(t * nq + h) * 2 * hd + hd..(t * nq + h + 1) * 2 * hd];
-                let kvh = h / group;
-                scores.clear();
-                scores.extend((0..len).map(|s| {
-                    dot(q, &k_cache[(s * nkv + kvh) * hd..(s * nkv + kvh + 1) * hd]) * scale
-                }));
-                softmax(&mut scores);
-                let out = &mut attn[(t * nq + h) * hd..(t * nq + h + 1) * hd];
-                for (s, p) in scores.iter().enumerate() {
-                    let vs = &v_cache[(s * nkv + kvh) * hd..(s * nkv + kvh + 1) * hd];
-                    for (o, vv) in out.iter_mut().zip(vs) {
-                        *o += p * vv;
-                    }
-                }
-                for (o, g) in out.iter_mut().zip(gate) {
-                    *o *= sigmoid(*g);
-                }
-            }
+        let path = crate::simd::active();
+        match (&*k_cache, &*v_cache) {
+            (Kv::F32(kc), Kv::F32(vc)) => attend(path, pool, &shape, &qg, kc, vc, &mut attn),
+            (Kv::F16(kc), Kv::F16(vc)) => attend(path, pool, &shape, &qg, kc, vc, &mut attn),
+            _ => unreachable!("keys and values of a layer share one precision"),
         }
+        let mut gate = vec![0.0; tokens * nq * hd];
+        for (g, qh) in gate.chunks_exact_mut(hd).zip(qg.chunks_exact(2 * hd)) {
+            g.copy_from_slice(&qh[hd..]);
+        }
+        sigmoid_in_place(&mut gate);
+        attn.iter_mut().zip(&gate).for_each(|(o, g)| *o *= g);
         let mut y = vec![0.0; tokens * cfg.hidden_size];
         matmul_on(pool, &self.o_proj, &attn, tokens, &mut y);
         y
+    }
+}
+
+/// Keys per online-softmax block: one block's scores per head stay in L1.
+const BLOCK: usize = 256;
+/// Keys per piece of a long context when at most [`PIECE_TOKENS`] tokens run
+/// (decode, speculative verification): each token's KV head is then cut into
+/// pieces that different workers take and the caller merges, so one token
+/// with two KV heads still keeps every worker busy. The cut depends only on
+/// the token count and context length, never on the pool: results do not
+/// depend on the number of workers.
+const PIECE: usize = 2048;
+/// See [`PIECE`]; longer calls (prefill) split by token and KV head only.
+const PIECE_TOKENS: usize = 16;
+/// Below this many multiply-adds attention runs on the caller alone.
+const PARALLEL_MIN: usize = 1 << 16;
+
+/// Sizes of one attention call.
+struct Shape {
+    hd: usize,
+    nq: usize,
+    nkv: usize,
+    tokens: usize,
+    pos0: usize,
+}
+
+impl Shape {
+    /// Pieces of a token's KV head over `len` keys.
+    fn pieces(&self, len: usize) -> usize {
+        if self.tokens <= PIECE_TOKENS {
+            len.div_ceil(PIECE)
+        } else {
+            1
+        }
+    }
+
+    /// `(token, kv head, key range)` of work item `i`, given `first[t]` =
+    /// the first item of token `t`.
+    fn item(&self, first: &[usize], i: usize) -> (usize, usize, Range<usize>) {
+        let t = first.partition_point(|&f| f <= i) - 1;
+        let len = self.pos0 + t + 1;
+        let np = self.pieces(len);
+        let (kvh, p) = ((i - first[t]) / np, (i - first[t]) % np);
+        let keys = if np == 1 { 0..len } else { p * PIECE..len.min((p + 1) * PIECE) };
+        (t, kvh, keys)
+    }
+}
+
+/// A raw output pointer shared by workers that write disjoint elements.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: workers write disjoint ranges (one per work item, each item taken by
+// one worker from a shared counter), and the buffers outlive `pool.run`,
+// which returns only after every worker has finished.
+unsafe impl Sync for Out {}
+// SAFETY: as above.
+unsafe impl Send for Out {}
+
+impl Out {
+    /// `len` elements at `off`.
+    ///
+    /// # Safety
+    /// The range is inside the buffer and no one else accesses it meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, off: usize, len: usize) -> &mut [f32] {
+        // SAFETY: guaranteed by the caller.
+        unsafe { core::slice::from_raw_parts_mut(self.0.add(off), len) }
+    }
+}
+
+/// Causal grouped-query attention of `tokens` queries (`qg`: `[T, nq, 2,
+/// hd]`, query then gate) over the cache (`[pos0 + T, nkv, hd]`) into `attn`
+/// (`[T, nq, hd]`, before the gate), split across `pool`.
+fn attend<E: KvElem>(
+    path: Path,
+    pool: &dyn Parallel,
+    sh: &Shape,
+    qg: &[f32],
+    keys: &[E],
+    values: &[E],
+    attn: &mut [f32],
+) {
+    let (hd, nq, nkv) = (sh.hd, sh.nq, sh.nkv);
+    let g = nq / nkv;
+    let mut first = Vec::with_capacity(sh.tokens + 1);
+    let (mut items, mut work) = (0, 0);
+    for t in 0..sh.tokens {
+        first.push(items);
+        items += nkv * sh.pieces(sh.pos0 + t + 1);
+        work += (sh.pos0 + t + 1) * nq * hd;
+    }
+    let split = sh.tokens <= PIECE_TOKENS;
+    // Partial results per item when split: running max, sum, unnormalised output.
+    let (mut pm, mut pl, mut po) = if split {
+        (vec![0.0; items * g], vec![0.0; items * g], vec![0.0; items * g * hd])
+    } else {
+        (Vec::new(), Vec::new(), Vec::new())
+    };
+    let (out_m, out_l, out_o, out_a) =
+        (Out(pm.as_mut_ptr()), Out(pl.as_mut_ptr()), Out(po.as_mut_ptr()), Out(attn.as_mut_ptr()));
+    let scale = 1.0 / libm::sqrtf(hd as f32);
+    let stride = nkv * hd;
+    let next = AtomicUsize::new(0);
+    let run = |_worker: usize, _workers: usize| {
+        let mut sc = vec![0.0f32; g * BLOCK];
+        let mut q = vec![0.0f32; g * hd];
+        let (mut o, mut m, mut l) = (vec![0.0f32; g * hd], vec![0.0f32; g], vec![0.0f32; g]);
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= items {
+                break;
+            }
+            let (t, kvh, range) = sh.item(&first, i);
+            for (gi, qs) in q.chunks_exact_mut(hd).enumerate() {
+                let h = t * nq + kvh * g + gi;
+                qs.copy_from_slice(&qg[h * 2 * hd..h * 2 * hd + hd]);
+            }
+            let kv = (&keys[kvh * hd..], &values[kvh * hd..]);
+            let mut acc = Acc { sc: &mut sc, o: &mut o, m: &mut m, l: &mut l };
+            let whole = range.len() == sh.pos0 + t + 1;
+            piece(path, (&q, scale), g, hd, kv, stride, range, whole, &mut acc);
+            if split {
+                // SAFETY: item i owns these g (and g * hd) partial slots.
+                unsafe {
+                    out_m.slice(i * g, g).copy_from_slice(&m);
+                    out_l.slice(i * g, g).copy_from_slice(&l);
+                    out_o.slice(i * g * hd, g * hd).copy_from_slice(&o);
+                }
+            } else {
+                // SAFETY: (token t, kv head kvh) is this item's alone: heads
+                // kvh * g..(kvh + 1) * g of token t.
+                let dst = unsafe { out_a.slice((t * nq + kvh * g) * hd, g * hd) };
+                for ((d, s), l) in dst.chunks_exact_mut(hd).zip(o.chunks_exact(hd)).zip(&l) {
+                    let inv = 1.0 / l;
+                    d.iter_mut().zip(s).for_each(|(d, s)| *d = s * inv);
+                }
+            }
+        }
+    };
+    if work < PARALLEL_MIN || pool.workers() == 1 {
+        run(0, 1);
+    } else {
+        pool.run(&run);
+    }
+    if split {
+        merge(sh, &first, &pm, &pl, &po, attn);
+    }
+}
+
+/// Running online-softmax state of one work item (`g` heads).
+struct Acc<'a> {
+    /// Scores of one block, `[g, BLOCK]`.
+    sc: &'a mut [f32],
+    /// Unnormalised output, `[g, hd]`.
+    o: &'a mut [f32],
+    /// Running max score per head.
+    m: &'a mut [f32],
+    /// Running sum of `exp(score - m)` per head.
+    l: &'a mut [f32],
+}
+
+/// Attends `g` queries (scores times `q.1`) over keys `range` (`kv`: keys
+/// and values from this KV head's first element, rows `stride` apart),
+/// block by block. When the range is the `whole` context and one block, the
+/// probabilities are normalised before the value sum (as a plain softmax
+/// does) and `l` is set to 1.
+#[allow(clippy::too_many_arguments)]
+fn piece<E: KvElem>(
+    path: Path,
+    q: (&[f32], f32),
+    g: usize,
+    hd: usize,
+    kv: (&[E], &[E]),
+    stride: usize,
+    range: Range<usize>,
+    whole: bool,
+    acc: &mut Acc<'_>,
+) {
+    acc.m.fill(f32::NEG_INFINITY);
+    acc.l.fill(0.0);
+    acc.o.fill(0.0);
+    if whole && range.len() <= BLOCK {
+        let n = range.len();
+        attn::scores(
+            path,
+            q.0,
+            g,
+            hd,
+            &kv.0[range.start * stride..],
+            stride,
+            n,
+            acc.sc,
+            BLOCK,
+            q.1,
+        );
+        for gi in 0..g {
+            let row = &mut acc.sc[gi * BLOCK..gi * BLOCK + n];
+            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let sum = attn::exp_shift_sum(path, row, mx);
+            row.iter_mut().for_each(|p| *p /= sum);
+            (acc.m[gi], acc.l[gi]) = (mx, 1.0);
+        }
+        attn::accumulate(
+            path,
+            acc.sc,
+            BLOCK,
+            g,
+            hd,
+            &kv.1[range.start * stride..],
+            stride,
+            n,
+            acc.o,
+        );
+        return;
+    }
+    let mut b0 = range.start;
+    while b0 < range.end {
+        let n = BLOCK.min(range.end - b0);
+        let off = b0 * stride;
+        attn::scores(path, q.0, g, hd, &kv.0[off..], stride, n, acc.sc, BLOCK, q.1);
+        for gi in 0..g {
+            let row = &mut acc.sc[gi * BLOCK..gi * BLOCK + n];
+            let bm = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if bm > acc.m[gi] {
+                if acc.m[gi] > f32::NEG_INFINITY {
+                    let a = exp(acc.m[gi] - bm);
+                    acc.l[gi] *= a;
+                    acc.o[gi * hd..(gi + 1) * hd].iter_mut().for_each(|x| *x *= a);
+                }
+                acc.m[gi] = bm;
+            }
+            acc.l[gi] += attn::exp_shift_sum(path, row, acc.m[gi]);
+        }
+        attn::accumulate(path, acc.sc, BLOCK, g, hd, &kv.1[off..], stride, n, acc.o);
+        b0 += n;
+    }
+}
+
+/// Combines the pieces of every (token, KV head) into `attn`, in piece order.
+fn merge(sh: &Shape, first: &[usize], pm: &[f32], pl: &[f32], po: &[f32], attn: &mut [f32]) {
+    let (hd, nq, nkv) = (sh.hd, sh.nq, sh.nkv);
+    let g = nq / nkv;
+    for t in 0..sh.tokens {
+        let np = sh.pieces(sh.pos0 + t + 1);
+        for kvh in 0..nkv {
+            let i0 = first[t] + kvh * np;
+            for gi in 0..g {
+                let slot = |c: usize| (i0 + c) * g + gi;
+                let mx = (0..np).map(|c| pm[slot(c)]).fold(f32::NEG_INFINITY, f32::max);
+                let dst = &mut attn[(t * nq + kvh * g + gi) * hd..][..hd];
+                dst.fill(0.0);
+                let mut total = 0.0;
+                for c in 0..np {
+                    let w = exp(pm[slot(c)] - mx);
+                    total += w * pl[slot(c)];
+                    let src = &po[slot(c) * hd..][..hd];
+                    dst.iter_mut().zip(src).for_each(|(d, s)| *d += w * s);
+                }
+                let inv = 1.0 / total;
+                dst.iter_mut().for_each(|d| *d *= inv);
+            }
+        }
     }
 }

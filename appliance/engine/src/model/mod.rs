@@ -25,7 +25,7 @@ pub use mtp::{MtpError, MtpState};
 
 use crate::config::{ConfigError, LayerKind, ModelConfig};
 use crate::kernels::{matmul_on, matmuls_on, Product};
-use crate::ops::{rms_norm_1p_rows, rope_inv_freq, silu};
+use crate::ops::{rms_norm_1p_rows, rope_inv_freq, silu_mul};
 use crate::pool::{Parallel, PoolRef};
 use crate::state::{Checkpoints, LayerState, State};
 use crate::tensor::TensorSource;
@@ -425,9 +425,7 @@ fn mlp_forward(pool: &dyn Parallel, m: &Mlp<'_>, x: &[f32], t: usize) -> Vec<f32
         t,
         &mut [Product::new(&m.gate_proj, x, &mut g), Product::new(&m.up_proj, x, &mut u)],
     );
-    for (g, u) in g.iter_mut().zip(&u) {
-        *g = silu(*g) * u;
-    }
+    silu_mul(&mut g, &u);
     let mut y = vec![0.0; t * m.down_proj.rows()];
     matmul_on(pool, &m.down_proj, &g, t, &mut y);
     y

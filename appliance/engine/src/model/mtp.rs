@@ -23,7 +23,7 @@ use core::fmt;
 use super::{ForwardError, Model};
 use crate::kernels::matmul_on;
 use crate::ops::rms_norm_1p_rows;
-use crate::state::LayerState;
+use crate::state::{Kv, LayerState};
 
 /// MTP drafting failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +81,7 @@ impl Default for MtpState {
 impl MtpState {
     /// An empty cache.
     pub fn new() -> Self {
-        MtpState { pos: 0, layer: LayerState::Full { k: Vec::new(), v: Vec::new() } }
+        MtpState { pos: 0, layer: LayerState::Full { k: Kv::default(), v: Kv::default() } }
     }
 
     /// Positions cached (the next MTP call runs at this position).

@@ -2,10 +2,14 @@
 //! CPUID and XGETBV through `core::arch`, the result cached in an atomic.
 //!
 //! Each path implements the same per-row kernels as `kernels::generic` (its
-//! twin); `tests/kernels_agree.rs` checks every path against it.
+//! twin); `tests/kernels_agree.rs` checks every path against it. [`attn`]:
+//! the attention kernels (scores, weighted value sums, exp) on the same paths.
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
+pub mod attn;
+#[cfg(target_arch = "x86_64")]
+mod attn_x86;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]

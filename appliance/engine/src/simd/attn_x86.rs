@@ -1,0 +1,399 @@
+//! AVX-512 and AVX2 attention kernels. Twins: the generic kernels in
+//! `simd::attn` (same shapes, same exp algorithm as `ops::exp`).
+//!
+//! Up to [`GMAX`] query heads of one KV head run together: each key or value
+//! row is loaded (and converted from f16) once for all of them. AVX-512
+//! handles a ragged head dim with masked loads; AVX2 finishes it in scalar.
+
+use core::arch::x86_64::*;
+
+use super::attn::KvElem;
+use super::Path;
+use crate::ops::{EXP_C, EXP_HI, EXP_LN2, EXP_LO, EXP_LOG2E};
+
+/// Query heads per kernel call (one accumulator register each).
+const GMAX: usize = 4;
+
+/// Runs `$f::<E, G>(args)` for the runtime head count `$g` in 1..=GMAX.
+macro_rules! by_g {
+    ($g:expr, $f:ident, $e:ty, $($a:expr),*) => {
+        match $g {
+            1 => $f::<$e, 1>($($a),*),
+            2 => $f::<$e, 2>($($a),*),
+            3 => $f::<$e, 3>($($a),*),
+            _ => $f::<$e, 4>($($a),*),
+        }
+    };
+}
+
+fn wide(path: Path) -> bool {
+    matches!(path, Path::Avx512 | Path::Avx512Vnni)
+}
+
+/// See `simd::attn::scores`.
+///
+/// # Safety
+/// `path` (AVX2 or an AVX-512 path) is supported; the shapes were checked
+/// by the caller (`q` holds `g * hd`, `keys` `n` rows `stride` apart, `out`
+/// `g` rows of `n` that are `ostride` apart).
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scores<E: KvElem>(
+    path: Path,
+    q: &[f32],
+    g: usize,
+    hd: usize,
+    keys: &[E],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+    ostride: usize,
+    scale: f32,
+) {
+    let mut g0 = 0;
+    while g0 < g {
+        let gn = (g - g0).min(GMAX);
+        // SAFETY: heads g0..g0+gn lie inside q and out (checked shapes); the
+        // caller guarantees the path's CPU features.
+        unsafe {
+            let (qp, op, kp) =
+                (q.as_ptr().add(g0 * hd), out.as_mut_ptr().add(g0 * ostride), keys.as_ptr());
+            if wide(path) {
+                by_g!(gn, scores512, E, qp, hd, kp, stride, n, op, ostride, scale);
+            } else {
+                by_g!(gn, scores256, E, qp, hd, kp, stride, n, op, ostride, scale);
+            }
+        }
+        g0 += gn;
+    }
+}
+
+/// See `simd::attn::accumulate`.
+///
+/// # Safety
+/// As [`scores`]: supported path, checked shapes.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn accumulate<E: KvElem>(
+    path: Path,
+    p: &[f32],
+    pstride: usize,
+    g: usize,
+    hd: usize,
+    values: &[E],
+    stride: usize,
+    n: usize,
+    o: &mut [f32],
+) {
+    let mut g0 = 0;
+    while g0 < g {
+        let gn = (g - g0).min(GMAX);
+        // SAFETY: heads g0..g0+gn lie inside p and o (checked shapes); the
+        // caller guarantees the path's CPU features.
+        unsafe {
+            let (pp, op, vp) =
+                (p.as_ptr().add(g0 * pstride), o.as_mut_ptr().add(g0 * hd), values.as_ptr());
+            if wide(path) {
+                by_g!(gn, accumulate512, E, pp, pstride, hd, vp, stride, n, op);
+            } else {
+                by_g!(gn, accumulate256, E, pp, pstride, hd, vp, stride, n, op);
+            }
+        }
+        g0 += gn;
+    }
+}
+
+/// See `simd::attn::exp_shift_sum`.
+///
+/// # Safety
+/// `path` (AVX2 or an AVX-512 path) is supported.
+pub(super) unsafe fn exp_shift_sum(path: Path, x: &mut [f32], m: f32) -> f32 {
+    // SAFETY: the caller guarantees the path's CPU features.
+    unsafe {
+        if wide(path) {
+            exp_shift_sum512(x, m)
+        } else {
+            exp_shift_sum256(x, m)
+        }
+    }
+}
+
+// ---- AVX-512 ----
+
+/// Lanes `0..k` set.
+#[inline]
+fn mask16(k: usize) -> __mmask16 {
+    ((1u32 << k) - 1) as __mmask16
+}
+
+/// 16 KV elements at `p` as f32, lanes outside `m` zero (never read).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn load16<E: KvElem>(p: *const E, m: __mmask16) -> __m512 {
+    // SAFETY: the caller guarantees the lanes in `m` are readable; masked-off
+    // lanes are not accessed.
+    unsafe {
+        if E::F16 {
+            _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p as *const i16))
+        } else {
+            _mm512_maskz_loadu_ps(m, p as *const f32)
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores512<E: KvElem, const G: usize>(
+    q: *const f32,
+    hd: usize,
+    keys: *const E,
+    stride: usize,
+    n: usize,
+    out: *mut f32,
+    ostride: usize,
+    scale: f32,
+) {
+    // SAFETY: every access is inside the checked shapes: heads < G, columns
+    // < hd (masked tail), rows < n.
+    unsafe {
+        for s in 0..n {
+            let kp = keys.add(s * stride);
+            let mut acc = [_mm512_setzero_ps(); G];
+            let mut i = 0;
+            while i < hd {
+                let m = mask16((hd - i).min(16));
+                let kv = load16(kp.add(i), m);
+                for (gi, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(kv, _mm512_maskz_loadu_ps(m, q.add(gi * hd + i)), *a);
+                }
+                i += 16;
+            }
+            for (gi, a) in acc.iter().enumerate() {
+                *out.add(gi * ostride + s) = _mm512_reduce_add_ps(*a) * scale;
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accumulate512<E: KvElem, const G: usize>(
+    p: *const f32,
+    pstride: usize,
+    hd: usize,
+    values: *const E,
+    stride: usize,
+    n: usize,
+    o: *mut f32,
+) {
+    // SAFETY: every access is inside the checked shapes: heads < G, columns
+    // < hd (masked tail), rows < n.
+    unsafe {
+        for s in 0..n {
+            let vp = values.add(s * stride);
+            let mut w = [_mm512_setzero_ps(); G];
+            for (gi, wv) in w.iter_mut().enumerate() {
+                *wv = _mm512_set1_ps(*p.add(gi * pstride + s));
+            }
+            let mut i = 0;
+            while i < hd {
+                let m = mask16((hd - i).min(16));
+                let vv = load16(vp.add(i), m);
+                for (gi, wv) in w.iter().enumerate() {
+                    let op = o.add(gi * hd + i);
+                    let acc = _mm512_fmadd_ps(*wv, vv, _mm512_maskz_loadu_ps(m, op));
+                    _mm512_mask_storeu_ps(op, m, acc);
+                }
+                i += 16;
+            }
+        }
+    }
+}
+
+/// `e^x` per f64 lane, as `ops::exp` computes it (with FMA and `vscalefpd`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn exp8d(x: __m512d) -> __m512d {
+    let n = _mm512_roundscale_pd::<0x08>(_mm512_mul_pd(x, _mm512_set1_pd(EXP_LOG2E)));
+    let r = _mm512_fnmadd_pd(n, _mm512_set1_pd(EXP_LN2), x);
+    let mut p = _mm512_set1_pd(EXP_C[0]);
+    for c in &EXP_C[1..] {
+        p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(*c));
+    }
+    _mm512_scalef_pd(p, n)
+}
+
+/// `e^x` per lane, as `ops::exp` computes it (in f64, rounded once).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn exp512(x: __m512) -> __m512 {
+    // Operand order keeps NaN: max/min return the second operand on NaN.
+    let x = _mm512_min_ps(_mm512_set1_ps(EXP_HI), _mm512_max_ps(_mm512_set1_ps(EXP_LO), x));
+    let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x))));
+    let (a, b) = (_mm512_cvtpd_ps(exp8d(lo)), _mm512_cvtpd_ps(exp8d(hi)));
+    let v =
+        _mm512_insertf64x4::<1>(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b));
+    _mm512_castpd_ps(v)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn exp_shift_sum512(x: &mut [f32], m: f32) -> f32 {
+    let (mv, len, xp) = (_mm512_set1_ps(m), x.len(), x.as_mut_ptr());
+    let mut sum = _mm512_setzero_ps();
+    let mut i = 0;
+    // SAFETY: lanes i..min(i + 16, len) are inside `x` (masked tail).
+    unsafe {
+        while i < len {
+            let k = mask16((len - i).min(16));
+            let v = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xp.add(i)), mv));
+            _mm512_mask_storeu_ps(xp.add(i), k, v);
+            sum = _mm512_mask_add_ps(sum, k, sum, v);
+            i += 16;
+        }
+    }
+    _mm512_reduce_add_ps(sum)
+}
+
+// ---- AVX2 ----
+
+/// 8 KV elements at `p` as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load8<E: KvElem>(p: *const E) -> __m256 {
+    // SAFETY: the caller guarantees 8 readable elements at `p`.
+    unsafe {
+        if E::F16 {
+            _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+        } else {
+            _mm256_loadu_ps(p as *const f32)
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum8(a: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores256<E: KvElem, const G: usize>(
+    q: *const f32,
+    hd: usize,
+    keys: *const E,
+    stride: usize,
+    n: usize,
+    out: *mut f32,
+    ostride: usize,
+    scale: f32,
+) {
+    let full = hd / 8 * 8;
+    // SAFETY: every access is inside the checked shapes: heads < G, columns
+    // < hd (vector part below `full`, the rest scalar), rows < n.
+    unsafe {
+        for s in 0..n {
+            let kp = keys.add(s * stride);
+            let mut acc = [_mm256_setzero_ps(); G];
+            for i in (0..full).step_by(8) {
+                let kv = load8(kp.add(i));
+                for (gi, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q.add(gi * hd + i)), *a);
+                }
+            }
+            for (gi, a) in acc.iter().enumerate() {
+                let tail: f32 =
+                    (full..hd).map(|i| *q.add(gi * hd + i) * (*kp.add(i)).to_f32()).sum();
+                *out.add(gi * ostride + s) = (hsum8(*a) + tail) * scale;
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accumulate256<E: KvElem, const G: usize>(
+    p: *const f32,
+    pstride: usize,
+    hd: usize,
+    values: *const E,
+    stride: usize,
+    n: usize,
+    o: *mut f32,
+) {
+    let full = hd / 8 * 8;
+    // SAFETY: every access is inside the checked shapes: heads < G, columns
+    // < hd (vector part below `full`, the rest scalar), rows < n.
+    unsafe {
+        for s in 0..n {
+            let vp = values.add(s * stride);
+            let mut w = [0.0f32; G];
+            for (gi, wv) in w.iter_mut().enumerate() {
+                *wv = *p.add(gi * pstride + s);
+            }
+            for i in (0..full).step_by(8) {
+                let vv = load8(vp.add(i));
+                for (gi, wv) in w.iter().enumerate() {
+                    let op = o.add(gi * hd + i);
+                    _mm256_storeu_ps(
+                        op,
+                        _mm256_fmadd_ps(_mm256_set1_ps(*wv), vv, _mm256_loadu_ps(op)),
+                    );
+                }
+            }
+            for i in full..hd {
+                let v = (*vp.add(i)).to_f32();
+                for (gi, wv) in w.iter().enumerate() {
+                    *o.add(gi * hd + i) += wv * v;
+                }
+            }
+        }
+    }
+}
+
+/// `e^x` per f64 lane, as `ops::exp` computes it (with FMA).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn exp4d(x: __m256d) -> __m256d {
+    let n = _mm256_round_pd::<0x08>(_mm256_mul_pd(x, _mm256_set1_pd(EXP_LOG2E)));
+    let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(EXP_LN2), x);
+    let mut p = _mm256_set1_pd(EXP_C[0]);
+    for c in &EXP_C[1..] {
+        p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(*c));
+    }
+    let e = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n));
+    let scale = _mm256_slli_epi64::<52>(_mm256_add_epi64(e, _mm256_set1_epi64x(1023)));
+    _mm256_mul_pd(p, _mm256_castsi256_pd(scale))
+}
+
+/// `e^x` per lane, as `ops::exp` computes it (in f64, rounded once).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn exp256(x: __m256) -> __m256 {
+    // Operand order keeps NaN: max/min return the second operand on NaN.
+    let x = _mm256_min_ps(_mm256_set1_ps(EXP_HI), _mm256_max_ps(_mm256_set1_ps(EXP_LO), x));
+    let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x));
+    _mm256_set_m128(_mm256_cvtpd_ps(exp4d(hi)), _mm256_cvtpd_ps(exp4d(lo)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn exp_shift_sum256(x: &mut [f32], m: f32) -> f32 {
+    let (mv, full, xp) = (_mm256_set1_ps(m), x.len() / 8 * 8, x.as_mut_ptr());
+    let mut sum = _mm256_setzero_ps();
+    // SAFETY: i + 8 <= full <= x.len().
+    unsafe {
+        for i in (0..full).step_by(8) {
+            let v = exp256(_mm256_sub_ps(_mm256_loadu_ps(xp.add(i)), mv));
+            _mm256_storeu_ps(xp.add(i), v);
+            sum = _mm256_add_ps(sum, v);
+        }
+    }
+    let mut total = hsum8(sum);
+    for v in &mut x[full..] {
+        *v = crate::ops::exp(*v - m);
+        total += *v;
+    }
+    total
+}
