@@ -27,7 +27,8 @@ fn env_or(name: &str, default: &str) -> String {
 #[test]
 #[ignore]
 fn decode_step_time_by_context_depth() {
-    let dir = env_or("KORE_LONGCTX_PACK", concat!(env!("CARGO_MANIFEST_DIR"), "/../model-packs/tiny"));
+    let dir =
+        env_or("KORE_LONGCTX_PACK", concat!(env!("CARGO_MANIFEST_DIR"), "/../model-packs/tiny"));
     let threads: usize = env_or("KORE_LONGCTX_THREADS", "2").parse().unwrap();
     let steps: usize = env_or("KORE_LONGCTX_STEPS", "8").parse().unwrap();
     let depths: Vec<usize> = env_or("KORE_LONGCTX_DEPTHS", "1024,8192,32768,65536")
@@ -58,7 +59,8 @@ fn decode_step_time_by_context_depth() {
             let ms = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
             let gb = st.kv_bytes() as f64 / 1e9;
             let (ms0, gb0) = *first[i].get_or_insert((ms, gb));
-            let per_gb = if gb > gb0 { format!("{:.1}", (ms - ms0) / (gb - gb0)) } else { "-".into() };
+            let per_gb =
+                if gb > gb0 { format!("{:.1}", (ms - ms0) / (gb - gb0)) } else { "-".into() };
             println!("| {kv:?} | {depth} | {ms:.1} | {:.0} | {per_gb} |", gb * 1e3);
         }
     }

@@ -164,7 +164,10 @@ impl<'m> ModelEngine<'m> {
             return Ok(Decoder::Plain { sampler, prompt: Some(prompt.to_vec()), last: None });
         }
         let vocab = self.model.config.vocab_size;
-        let opts = SpecOptions { draft_vocab: kore_engine::spec::draft_vocab(vocab), ..SpecOptions::new(drafts) };
+        let opts = SpecOptions {
+            draft_vocab: kore_engine::spec::draft_vocab(vocab),
+            ..SpecOptions::new(drafts)
+        };
         Ok(Decoder::SpecPending { prompt: prompt.to_vec(), sampler, opts })
     }
 }
