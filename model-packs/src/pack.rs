@@ -45,21 +45,10 @@ impl Pack {
     /// Opens the pack in `dir` (see the module docs for what is checked),
     /// reading the weights through a file mapping.
     pub fn open(dir: impl AsRef<Path>) -> Result<Pack> {
-        Self::open_with(dir.as_ref(), SafetensorsFile::open)
-    }
-
-    /// [`Pack::open`] with the weights copied into hugepage-backed memory first
-    /// (as the VMM preloads them into guest RAM), when memory allows; see
-    /// [`Residency`](crate::safetensors::Residency). Native inference uses this.
-    pub fn open_resident(dir: impl AsRef<Path>, progress: &dyn Progress) -> Result<Pack> {
-        Self::open_with(dir.as_ref(), |p| SafetensorsFile::open_resident(p, progress))
-    }
-
-    fn open_with(dir: &Path, open: impl FnOnce(&Path) -> Result<SafetensorsFile>) -> Result<Pack> {
-        let dir = dir.to_path_buf();
+        let dir = dir.as_ref().to_path_buf();
         let manifest = Manifest::load(&dir)?;
         let wpath = dir.join(WEIGHTS_FILE);
-        let weights = open(&wpath)?;
+        let weights = SafetensorsFile::open(&wpath)?;
         check_tensors(&wpath, &manifest, weights.header())?;
         let tok = dir.join(&manifest.tokenizer.file);
         if !tok.is_file() {
@@ -75,6 +64,16 @@ impl Pack {
             .map(|t| (t.name.clone(), t.shape.iter().map(|&d| d as usize).collect()))
             .collect();
         Ok(Pack { dir, manifest, weights, shapes })
+    }
+
+    /// [`Pack::open`], then the weights copied into hugepage-backed memory (as
+    /// the VMM preloads them into guest RAM) when memory allows; see
+    /// [`Residency`](crate::safetensors::Residency). Native inference uses this.
+    /// Everything is validated before the copy.
+    pub fn open_resident(dir: impl AsRef<Path>, progress: &dyn Progress) -> Result<Pack> {
+        let mut pack = Pack::open(dir)?;
+        pack.weights = pack.weights.into_resident(progress)?;
+        Ok(pack)
     }
 
     /// Where the weights live (mapped, or copied to hugepages).

@@ -194,25 +194,22 @@ impl SafetensorsFile {
         let len = file_len(path)?;
         let file = File::open(path).map_err(|e| PackError::io(path, e))?;
         let map = resident::map_file(path, &file)?;
-        Self::validated(path, map, len, Residency::Mapped)
-    }
-
-    /// Opens `path`, copies it into hugepage-backed memory (see [`Residency`]) and
-    /// strictly validates it; `progress` sees the copy.
-    pub fn open_resident(path: &Path, progress: &dyn crate::progress::Progress) -> Result<Self> {
-        let len = file_len(path)?;
-        let (map, residency) = resident::load(path, len as u64, progress)?;
-        Self::validated(path, map, len, residency)
-    }
-
-    fn validated(
-        path: &Path,
-        map: memmap2::Mmap,
-        len: usize,
-        residency: Residency,
-    ) -> Result<Self> {
         let header = parse_header(path, &map[..len], HeaderLimits::default())?;
-        Ok(Self { path: path.to_path_buf(), map, len, residency, header })
+        Ok(Self { path: path.to_path_buf(), map, len, residency: Residency::Mapped, header })
+    }
+
+    /// Opens and strictly validates `path` as [`SafetensorsFile::open`], then
+    /// copies it into hugepage-backed memory ([`SafetensorsFile::into_resident`]).
+    pub fn open_resident(path: &Path, progress: &dyn crate::progress::Progress) -> Result<Self> {
+        Self::open(path)?.into_resident(progress)
+    }
+
+    /// This file's bytes copied into hugepage-backed memory (see [`Residency`]),
+    /// after validation, so a bad file is rejected before anything is copied;
+    /// `progress` sees the copy.
+    pub fn into_resident(self, progress: &dyn crate::progress::Progress) -> Result<Self> {
+        let (map, residency) = resident::load(&self.path, self.len as u64, progress)?;
+        Ok(Self { map, residency, ..self })
     }
 
     /// Where the bytes live.
