@@ -79,6 +79,11 @@ fn main() {
         .collect::<Vec<u8>>();
     let bw = Linear::Dense { dtype: DType::BF16, data: &bf, rows, cols };
     println!("threads {threads}");
+    let mut probe = vec![0u64; rows * cols / 4];
+    let clock = || START.elapsed().as_nanos() as u64;
+    let gb = kore_engine::bench::read_bandwidth(&pool as &dyn Parallel, &mut probe, &clock, 5);
+    println!("read probe {:.0} MB: {gb:6.2} GB/s", (probe.len() * 8) as f64 / 1e6);
+    drop(probe);
     let only = std::env::var("KORE_BENCH_PATH").ok().and_then(|v| Path::from_name(v.trim()));
     for path in Path::ALL.into_iter().filter(|p| p.supported() && only.is_none_or(|o| o == *p)) {
         for (name, w) in [("nvfp4", &nv), ("bf16", &bw)] {

@@ -4,7 +4,8 @@
 //! the pool; this module only measures.
 //!
 //! ```text
-//! 1. read bandwidth: every worker sums its share of `buf` (>> caches); best pass
+//! 1. read bandwidth: every worker sums its share of `buf` (>> caches), with the
+//!    weight kernels' software prefetch; best pass
 //! 2. prefill: one forward over a `prompt_tokens` prompt (logits of the last)
 //! 3. decode:  `decode_tokens` greedy single-token steps from the prefilled state
 //! 4. with `mtp = N > 0` (and an MTP head): `rounds` rounds, each one plain

@@ -33,6 +33,9 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
         let sign = _mm256_set1_epi32(i32::MIN);
         let mut acc = [_mm256_setzero_ps(); N];
         for b in 0..cols / 16 {
+            if b % 8 == 0 {
+                super::prefetch_ahead(packed.as_ptr().wrapping_add(b * 8));
+            }
             let wb =
                 _mm256_cvtepu8_epi32(_mm_loadl_epi64(packed.as_ptr().add(b * 8) as *const __m128i));
             let sl = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32::<28>(wb), sign));
@@ -99,6 +102,10 @@ pub(crate) unsafe fn dense_row<const N: usize>(
         let mut acc = [_mm256_setzero_ps(); N];
         let mut i = 0;
         while i < full {
+            let es = if dtype == super::avx512::DT_F32 { 4 } else { 2 };
+            if (es * i) % 64 == 0 {
+                super::prefetch_ahead(row.as_ptr().wrapping_add(es * i));
+            }
             let w = load8(dtype, row.as_ptr(), i);
             for (t, a) in acc.iter_mut().enumerate() {
                 *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.as_ptr().add(t * cols + i)), *a);

@@ -143,6 +143,7 @@ unsafe fn nvfp4_chunk<const N: usize>(
     // SAFETY: loads stay inside the ranges the caller guarantees.
     unsafe {
         let lut = _mm512_loadu_ps(E2M1_LUT.as_ptr());
+        super::prefetch_ahead(p);
         let d = _mm512_loadu_si512(p as *const __m512i);
         let w = [
             _mm512_permutexvar_ps(d, lut),
@@ -212,6 +213,17 @@ unsafe fn load16(dtype: u8, data: *const u8, i: usize, n: usize) -> __m512 {
     }
 }
 
+/// Prefetches ahead of the 32 elements of `dtype` at element `i` of `data`.
+#[inline(always)]
+fn prefetch_dense(dtype: u8, data: *const u8, i: usize) {
+    if dtype == DT_F32 {
+        super::prefetch_ahead(data.wrapping_add(4 * i));
+        super::prefetch_ahead(data.wrapping_add(4 * i + 64));
+    } else {
+        super::prefetch_ahead(data.wrapping_add(2 * i));
+    }
+}
+
 /// Dense dtype codes for the dense kernels.
 pub(crate) const DT_F32: u8 = 0;
 /// BF16.
@@ -241,6 +253,7 @@ pub(crate) unsafe fn dense_row<const N: usize>(
         if N == 1 {
             // Two chains to hide FMA latency.
             while i + 32 <= cols {
+                prefetch_dense(dtype, row.as_ptr(), i);
                 let w0 = load16(dtype, row.as_ptr(), i, 16);
                 let w1 = load16(dtype, row.as_ptr(), i + 16, 16);
                 acc[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x.as_ptr().add(i)), acc[0]);
@@ -251,6 +264,9 @@ pub(crate) unsafe fn dense_row<const N: usize>(
         while i < cols {
             let n = (cols - i).min(16);
             let m = if n >= 16 { 0xFFFF } else { (1u32 << n) as u16 - 1 };
+            if i % 32 == 0 {
+                prefetch_dense(dtype, row.as_ptr(), i);
+            }
             let w = load16(dtype, row.as_ptr(), i, n);
             for (t, a) in acc.iter_mut().enumerate() {
                 let xv = _mm512_maskz_loadu_ps(m, x.as_ptr().add(t * cols + i));
@@ -291,6 +307,7 @@ pub(crate) unsafe fn bf16_row<const N: usize>(
         let hi = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
         let mut acc = [[_mm512_setzero_ps(); N]; 2];
         for i in (0..full).step_by(32) {
+            super::prefetch_ahead(row.as_ptr().wrapping_add(2 * i));
             let d = _mm512_loadu_si512(row.as_ptr().add(2 * i) as *const __m512i);
             let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(d));
             let odd = _mm512_castsi512_ps(_mm512_and_si512(d, hi));
@@ -326,6 +343,9 @@ pub(crate) unsafe fn read_sum(buf: &[u64]) -> u64 {
         let p = buf.as_ptr() as *const __m512i;
         let mut l = 0;
         while l + 4 <= lines {
+            for j in 0..4 {
+                super::prefetch_ahead(p.add(l + j) as *const u8);
+            }
             for (j, acc) in a.iter_mut().enumerate() {
                 *acc = _mm512_add_epi64(*acc, _mm512_loadu_si512(p.add(l + j)));
             }

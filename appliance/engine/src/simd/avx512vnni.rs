@@ -120,6 +120,7 @@ unsafe fn chunk<const N: usize>(
     // SAFETY: loads stay inside the ranges [`nvfp4_row`] guarantees.
     unsafe {
         let lut: __m512i = transmute(E2M1_U8);
+        super::prefetch_ahead(p);
         let d = _mm512_loadu_si512(p as *const __m512i);
         let lo = _mm512_permutexvar_epi8(d, lut);
         let hi = _mm512_permutexvar_epi8(_mm512_srli_epi16::<4>(d), lut);
