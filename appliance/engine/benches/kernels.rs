@@ -78,6 +78,11 @@ fn main() {
         .map(|(i, b)| if i % 2 == 1 { 0x3D | (b & 0x80) } else { *b })
         .collect::<Vec<u8>>();
     let bw = Linear::Dense { dtype: DType::BF16, data: &bf, rows, cols };
+    // `KORE_BENCH_TOKENS=1,4,8` picks the token counts (default 1, 4, 16).
+    let token_counts: Vec<usize> = std::env::var("KORE_BENCH_TOKENS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 4, 16]);
     println!("threads {threads}");
     let mut probe = vec![0u64; rows * cols / 4];
     let clock = || START.elapsed().as_nanos() as u64;
@@ -87,7 +92,7 @@ fn main() {
     let only = std::env::var("KORE_BENCH_PATH").ok().and_then(|v| Path::from_name(v.trim()));
     for path in Path::ALL.into_iter().filter(|p| p.supported() && only.is_none_or(|o| o == *p)) {
         for (name, w) in [("nvfp4", &nv), ("bf16", &bw)] {
-            for tokens in [1usize, 16] {
+            for &tokens in &token_counts {
                 let x = vec![0.5f32; tokens * cols];
                 let mut y = vec![0.0f32; tokens * rows];
                 let s =

@@ -12,7 +12,7 @@ pub fn row(
     r: usize,
     x: &[f32],
     n: usize,
-    out: &mut [f32; 16],
+    out: &mut [f32; super::TILE],
     scratch: &mut [f32],
 ) {
     let cols = w.cols();

@@ -25,7 +25,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
     gs: f32,
     cols: usize,
     x: &[f32],
-    out: &mut [f32; 16],
+    out: &mut [f32; crate::kernels::TILE],
 ) {
     // SAFETY: block b reads packed[8b..8b+8] and x[t*cols+16b..+16], in bounds.
     unsafe {
@@ -94,7 +94,7 @@ pub(crate) unsafe fn dense_row<const N: usize>(
     row: &[u8],
     cols: usize,
     x: &[f32],
-    out: &mut [f32; 16],
+    out: &mut [f32; crate::kernels::TILE],
 ) {
     let full = cols / 8 * 8;
     // SAFETY: element offsets stay below `full <= cols`.

@@ -1,6 +1,6 @@
 //! AVX-512 (F/BW/VL) row kernels. Twins: `kernels::generic`.
 //!
-//! Each computes one weight row against `N` tokens (`N <= 16`), reading the
+//! Each computes one weight row against `N` tokens (`N <= kernels::TILE`), reading the
 //! row once: the decoded weights stay in registers while every token's
 //! activations stream past. NVFP4 is decoded in float: `vpermps` maps 16
 //! codes to E2M1 values through a register table (bit 3 = sign), so the
@@ -78,7 +78,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
     gs: f32,
     cols: usize,
     x: &[f32],
-    out: &mut [f32; 16],
+    out: &mut [f32; crate::kernels::TILE],
 ) {
     let chunks = cols / 128;
     // SAFETY: chunk c reads packed[64c..64c+64], scales[8c..8c+8] (16 per
@@ -89,7 +89,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
         let gsv = _mm512_set1_ps(gs);
         // Two sets of accumulators hide the FMA latency for one token; with
         // more tokens they are independent already and a second set would
-        // only spill registers (16 tokens x 2 sets = all 32 of them).
+        // only take registers the other tokens' accumulators need.
         let mut acc = [[_mm512_setzero_ps(); N]; 2];
         let mut c = 0;
         while c + 2 <= chunks {
@@ -179,7 +179,7 @@ pub(super) fn tail_blocks<T: Copy>(
     x: &[T],
     f: impl Fn(T) -> f32,
     n: usize,
-    out: &mut [f32; 16],
+    out: &mut [f32; crate::kernels::TILE],
 ) {
     for c in (cols / 128 * 128..cols).step_by(16) {
         let s = e4m3_to_f32(scales[c / 16]) * gs;
@@ -243,7 +243,7 @@ pub(crate) unsafe fn dense_row<const N: usize>(
     row: &[u8],
     cols: usize,
     x: &[f32],
-    out: &mut [f32; 16],
+    out: &mut [f32; crate::kernels::TILE],
 ) {
     // SAFETY: element offsets stay below `cols` (masked tail), see preconditions.
     unsafe {
@@ -298,7 +298,7 @@ pub(crate) unsafe fn bf16_row<const N: usize>(
     row: &[u8],
     cols: usize,
     x: &[f32],
-    out: &mut [f32; 16],
+    out: &mut [f32; crate::kernels::TILE],
 ) {
     let full = cols / 32 * 32;
     // SAFETY: block i reads row bytes [2i, 2i + 64) and x[t*cols + i..+32],

@@ -62,7 +62,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
     gs: f32,
     cols: usize,
     x: Q8In<'_>,
-    out: &mut [f32; 16],
+    out: &mut [f32; crate::kernels::TILE],
 ) {
     let chunks = cols / 128;
     // SAFETY: chunk c reads packed[64c..+64], scales[8c..+8] (16 per pair),
@@ -73,7 +73,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
         let gsv = _mm512_set1_ps(gs);
         // Two sets of accumulators hide the FMA latency for one token; with
         // more tokens they are independent already and a second set would
-        // only spill registers (16 tokens x 2 sets = all 32 of them).
+        // only take registers the other tokens' accumulators need.
         let mut acc = [[_mm512_setzero_ps(); N]; 2];
         let mut c = 0;
         while c + 2 <= chunks {
@@ -149,7 +149,7 @@ fn tail(
     cols: usize,
     x: Q8In<'_>,
     n: usize,
-    out: &mut [f32; 16],
+    out: &mut [f32; crate::kernels::TILE],
 ) {
     for c in (cols / 128 * 128..cols).step_by(16) {
         let s = e4m3_to_f32(scales[c / 16]) * gs;
