@@ -159,7 +159,7 @@ enum Xs<'a> {
 
 /// Activations quantized per 16-column block: `q = round(x * 127 / amax)`,
 /// permuted per full 128 columns as `[even | odd]`; per 8-column group
-/// `corr = OFFSET * sum(q)` and `scale = amax / 127 / 2`.
+/// `corr = -OFFSET * sum(q)` and `scale = amax / 127 / 2`.
 struct Q8 {
     q: Vec<i8>,
     corr: Vec<i32>,
@@ -212,7 +212,7 @@ fn quantize_q8(x: &[f32], tokens: usize, cols: usize) -> Q8 {
             scale[g..g + 2].fill(0.5 * s);
             for h in 0..2 {
                 corr[g + h] =
-                    OFFSET_Q8 * qb[8 * h..8 * h + 8].iter().map(|&v| i32::from(v)).sum::<i32>();
+                    -OFFSET_Q8 * qb[8 * h..8 * h + 8].iter().map(|&v| i32::from(v)).sum::<i32>();
             }
             let row = &mut q[t * cols..(t + 1) * cols];
             if c0 < full {

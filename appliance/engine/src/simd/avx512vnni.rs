@@ -11,9 +11,9 @@
 //! column `2j + 1`. The activations come as `[even columns | odd columns]`
 //! per 128-column chunk, so dword lane `L` of `vpdpbusd` sums columns
 //! `8L..8L+7` (block `L / 2`), and `corr` removes the `+12` offset
-//! (`12 * sum(q)` over the lane's 8 columns). Per chunk and token: two
-//! `vpdpbusd`, a subtract, a convert and one FMA with the combined block
-//! scales.
+//! (`-12 * sum(q)` over the lane's 8 columns, the accumulator's start value).
+//! Per chunk and token: two `vpdpbusd`, a multiply of the block scales, a
+//! convert and one FMA.
 
 use core::arch::x86_64::*;
 use core::mem::transmute;
@@ -42,7 +42,7 @@ pub(crate) const OFFSET: i32 = 12;
 pub(crate) struct Q8In<'a> {
     /// int8 activations, permuted per 128-column chunk.
     pub q: &'a [i8],
-    /// `OFFSET * sum(q)` per 8-column group.
+    /// `-OFFSET * sum(q)` per 8-column group.
     pub corr: &'a [i32],
     /// Half the block's activation scale, per 8-column group.
     pub scale: &'a [f32],
@@ -127,14 +127,9 @@ unsafe fn chunk<const N: usize>(
         for (t, a) in acc.iter_mut().enumerate() {
             let q = x.q.as_ptr().add(t * cols + 128 * c);
             let g = t * cols / 8 + 16 * c;
-            let i = _mm512_dpbusd_epi32(
-                _mm512_setzero_si512(),
-                lo,
-                _mm512_loadu_si512(q as *const __m512i),
-            );
+            let corr = _mm512_loadu_si512(x.corr.as_ptr().add(g) as *const __m512i);
+            let i = _mm512_dpbusd_epi32(corr, lo, _mm512_loadu_si512(q as *const __m512i));
             let i = _mm512_dpbusd_epi32(i, hi, _mm512_loadu_si512(q.add(64) as *const __m512i));
-            let i =
-                _mm512_sub_epi32(i, _mm512_loadu_si512(x.corr.as_ptr().add(g) as *const __m512i));
             let s = _mm512_mul_ps(sv, _mm512_loadu_ps(x.scale.as_ptr().add(g)));
             *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), s, *a);
         }
