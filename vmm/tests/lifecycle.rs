@@ -177,7 +177,7 @@ fn figures_boot_preload_memory() {
     eprintln!("VMM start -> first guest instruction (5 boots, 128 MiB, 1 vCPU, sorted): {entry:?}");
     let file = std::env::var_os("KORE_PRELOAD_FILE").map(PathBuf::from).unwrap_or_else(|| {
         let p = std::env::temp_dir().join(format!("kore-preload-{}.bin", std::process::id()));
-        let chunk: Vec<u8> = (0..1u32 << 20).map(|i| (i * 2_654_435_761 >> 24) as u8).collect();
+        let chunk: Vec<u8> = (0..1u32 << 20).map(|i| ((i * 2_654_435_761) >> 24) as u8).collect();
         let mut f = std::fs::File::create(&p).unwrap();
         for _ in 0..1024 {
             std::io::Write::write_all(&mut f, &chunk).unwrap();

@@ -87,7 +87,7 @@ fn stream(
 }
 
 fn thinking_default(args: &ChatArgs) -> bool {
-    args.thinking.map_or(true, |t| t == OnOff::On)
+    args.thinking.is_none_or(|t| t == OnOff::On)
 }
 
 /// `chat -p PROMPT`: one answer; `--json` prints `{"text","thinking","stats"}`.

@@ -177,7 +177,7 @@ fn cpu(cpu: &CpuFeatures) -> Check {
     let missing = cpu.missing();
     let present: Vec<&str> = cpu.list().iter().filter(|(_, p)| *p).map(|(n, _)| *n).collect();
     if missing.is_empty() {
-        return Check::new("cpu", Status::Ok, format!("{}", present.join(" ")), None);
+        return Check::new("cpu", Status::Ok, present.join(" "), None);
     }
     let fix = "use a CPU with AVX-512 VNNI/BF16 (Intel Sapphire Rapids or later, AMD Zen 4 or later); inside a VM, pass the host CPU model through (`-cpu host`, libvirt `host-passthrough`)".to_string();
     let speed = if cpu.avx2 && cpu.fma {

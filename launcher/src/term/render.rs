@@ -106,7 +106,7 @@ impl<W: Write> Renderer<W> {
             if up > 0 {
                 write!(self.out, "\x1b[{up}A")?;
             }
-            write!(self.out, "\x1b[J{DIM}Thought for {}{RESET}\n", fmt_secs(secs))?;
+            writeln!(self.out, "\x1b[J{DIM}Thought for {}{RESET}", fmt_secs(secs))?;
         } else {
             writeln!(self.out, "Thought for {}", fmt_secs(secs))?;
         }

@@ -160,7 +160,7 @@ pub const fn pde_address(gpa: u64) -> u64 {
 pub const fn align_up_huge(x: u64) -> u64 {
     match x.checked_add(HUGE_PAGE - 1) {
         Some(v) => v & !(HUGE_PAGE - 1),
-        None => u64::MAX & !(HUGE_PAGE - 1),
+        None => !(HUGE_PAGE - 1),
     }
 }
 
@@ -185,4 +185,4 @@ pub mod pte {
 const _: () = assert!(CPU_PAGES + MAX_VCPUS as u64 * PAGE <= PD_BASE);
 const _: () = assert!(BOOT_INFO + BOOT_INFO_SIZE <= CPU_PAGES);
 const _: () = assert!(BOOT_DATA_END <= KERNEL_BASE);
-const _: () = assert!(TSS_OFFSET + TSS_IOMAP_OFFSET + IOMAP_PORTS / 8 + 1 <= PAGE);
+const _: () = assert!(TSS_OFFSET + TSS_IOMAP_OFFSET + IOMAP_PORTS / 8 < PAGE);

@@ -202,7 +202,8 @@ mod tests {
                 sum.fetch_add(w + i, Ordering::Relaxed);
             });
         }
-        assert_eq!(sum.load(Ordering::Relaxed), 3 * 3 + 3 * (0 + 1 + 2));
+        let expected: usize = (0..3).flat_map(|i| (0..3).map(move |w| w + i)).sum();
+        assert_eq!(sum.load(Ordering::Relaxed), expected);
     }
 
     #[test]

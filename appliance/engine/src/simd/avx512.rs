@@ -311,6 +311,8 @@ pub(crate) unsafe fn bf16_row<const N: usize>(
             let d = _mm512_loadu_si512(row.as_ptr().add(2 * i) as *const __m512i);
             let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(d));
             let odd = _mm512_castsi512_ps(_mm512_and_si512(d, hi));
+            // `t` indexes both accumulator sets (the same set when N > 1).
+            #[allow(clippy::needless_range_loop)]
             for t in 0..N {
                 let xp = x.as_ptr().add(t * cols + i);
                 acc[0][t] = _mm512_fmadd_ps(even, _mm512_loadu_ps(xp), acc[0][t]);
