@@ -198,7 +198,10 @@ fn even_odd(i: usize) -> usize {
     (i % 2) * 64 + i / 2
 }
 
-fn quantize_q8(x: &[f32], tokens: usize, cols: usize) -> Q8 {
+/// [`Q8`] of `x` (`[tokens, cols]`): AVX-512 for the blocks of full
+/// 128-column chunks when `simd` (bit-identical to [`q8_block`]; blocks with
+/// a NaN or an infinity take the scalar path), [`q8_block`] for the rest.
+fn quantize_q8(x: &[f32], tokens: usize, cols: usize, simd: bool) -> Q8 {
     let mut q = vec![0i8; tokens * cols];
     let mut corr = vec![0i32; tokens * cols / 8];
     let mut scale = vec![0.0f32; tokens * cols / 8];
@@ -207,14 +210,28 @@ fn quantize_q8(x: &[f32], tokens: usize, cols: usize) -> Q8 {
     for t in 0..tokens {
         for b in 0..cols / 16 {
             let c0 = 16 * b;
-            let s = q8_block(&x[t * cols + c0..t * cols + c0 + 16], &mut qb);
             let g = (t * cols + c0) / 8;
+            let row = &mut q[t * cols..(t + 1) * cols];
+            if simd && c0 < full {
+                if let Some((s, sums)) =
+                    q8_block_simd(&x[t * cols + c0..t * cols + c0 + 16], &mut qb)
+                {
+                    scale[g..g + 2].fill(0.5 * s);
+                    corr[g] = -OFFSET_Q8 * sums[0];
+                    corr[g + 1] = -OFFSET_Q8 * sums[1];
+                    // `qb` is [even columns | odd columns] of the block.
+                    let (chunk, at) = (c0 / 128 * 128, c0 % 128);
+                    row[chunk + at / 2..chunk + at / 2 + 8].copy_from_slice(&qb[..8]);
+                    row[chunk + 64 + at / 2..chunk + 64 + at / 2 + 8].copy_from_slice(&qb[8..]);
+                    continue;
+                }
+            }
+            let s = q8_block(&x[t * cols + c0..t * cols + c0 + 16], &mut qb);
             scale[g..g + 2].fill(0.5 * s);
             for h in 0..2 {
                 corr[g + h] =
                     -OFFSET_Q8 * qb[8 * h..8 * h + 8].iter().map(|&v| i32::from(v)).sum::<i32>();
             }
-            let row = &mut q[t * cols..(t + 1) * cols];
             if c0 < full {
                 let (chunk, at) = (c0 / 128 * 128, c0 % 128);
                 for (j, v) in qb.iter().enumerate() {
@@ -226,6 +243,22 @@ fn quantize_q8(x: &[f32], tokens: usize, cols: usize) -> Q8 {
         }
     }
     Q8 { q, corr, scale }
+}
+
+/// One block through `simd::avx512vnni::q8_block16`: `(scale, [sum of the
+/// first 8 q, of the last 8])` with `qb` = [even | odd columns], or `None`
+/// for a block the scalar path must take.
+#[cfg(target_arch = "x86_64")]
+fn q8_block_simd(blk: &[f32], qb: &mut [i8; 16]) -> Option<(f32, [i32; 2])> {
+    let blk: &[f32; 16] = blk.try_into().ok()?;
+    // SAFETY: callers pass `simd` only when the AVX-512 features are present
+    // (the VNNI path, or the test that checks them).
+    unsafe { crate::simd::avx512vnni::q8_block16(blk, qb) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn q8_block_simd(_: &[f32], _: &mut [i8; 16]) -> Option<(f32, [i32; 2])> {
+    None
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -332,7 +365,8 @@ fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scra
 /// Activations as the path's kernel for `w` wants them (see `simd::avx512`).
 fn prepare<'x>(path: Path, w: &Linear<'_>, x: &'x [f32], tokens: usize) -> Prepared<'x> {
     if q8_activations(path, w) {
-        return Prepared::Q8(quantize_q8(x, tokens, w.cols()));
+        // `q8_activations` holds only on the VNNI path, which has AVX-512.
+        return Prepared::Q8(quantize_q8(x, tokens, w.cols(), true));
     }
     let avx512 = matches!(path, Path::Avx512 | Path::Avx512Vnni);
     let group = match w {
@@ -480,4 +514,59 @@ fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut
 /// Dot product of equal-length slices, with 8 partial sums.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     generic::dot(a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Activations with every case the quantizer treats specially: zeros,
+    /// -0.0, exact halves after scaling, tiny and huge magnitudes, denormals,
+    /// and (when `bad`) NaN and infinities.
+    fn activations(n: usize, seed: u32, bad: bool) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                let u = (s >> 8) as f32 / (1 << 24) as f32 - 0.5;
+                match (i / 16 + seed as usize) % 9 {
+                    0 => 0.0,
+                    1 => {
+                        if i % 2 == 0 {
+                            -0.0
+                        } else {
+                            0.0
+                        }
+                    }
+                    2 => [127.0, 2.5, -2.5, 0.5, -126.5][i % 5],
+                    3 => u * 1e-40,
+                    4 => u * 3e38,
+                    5 if bad => [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.0][i % 4],
+                    6 => u * 1e-3,
+                    _ => u * 8.0,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn simd_quantization_is_bit_identical_to_scalar() {
+        if !crate::simd::features().avx512 {
+            eprintln!("no AVX-512 on this CPU: the SIMD quantizer is never used here");
+            return;
+        }
+        for (cols, tokens) in [(128, 1), (256, 3), (144, 2), (2048, 2), (16, 1)] {
+            for seed in 0..12 {
+                let x = activations(cols * tokens, seed, seed % 3 == 0);
+                let (a, b) =
+                    (quantize_q8(&x, tokens, cols, true), quantize_q8(&x, tokens, cols, false));
+                assert_eq!(a.q, b.q, "q, cols {cols} tokens {tokens} seed {seed}");
+                assert_eq!(a.corr, b.corr, "corr, cols {cols} tokens {tokens} seed {seed}");
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a.scale), bits(&b.scale), "scale, cols {cols} seed {seed}");
+            }
+        }
+    }
 }

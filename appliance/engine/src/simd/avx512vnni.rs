@@ -136,6 +136,41 @@ unsafe fn chunk<const N: usize>(
     }
 }
 
+/// Quantizes one 16-column block to int8 exactly as `kernels::q8_block`
+/// does (the same f32 operations lane by lane: `amax / 127`, `x * (127 /
+/// amax)`, plus or minus 0.5, clamp to 127, truncate). Writes `qb` as [even
+/// columns | odd columns] and returns the scale and the sums of the first
+/// and last 8 values, or `None` if the block holds a NaN or an infinity
+/// (the scalar path then decides, as Rust's `f32::max` and `as i8` do).
+///
+/// # Safety
+/// AVX-512 F/BW/VL must be available.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn q8_block16(blk: &[f32; 16], qb: &mut [i8; 16]) -> Option<(f32, [i32; 2])> {
+    // SAFETY: 16 floats in `blk`, 16 bytes in `qb`.
+    unsafe {
+        let v = _mm512_loadu_ps(blk.as_ptr());
+        let a = _mm512_abs_ps(v);
+        if _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(a, _mm512_set1_ps(f32::INFINITY)) != 0 {
+            return None;
+        }
+        let amax = _mm512_reduce_max_ps(a);
+        let (scale, inv) = if amax > 0.0 { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) };
+        let y = _mm512_mul_ps(v, _mm512_set1_ps(inv));
+        let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(y, _mm512_setzero_ps());
+        let half = _mm512_mask_blend_ps(up, _mm512_set1_ps(-0.5), _mm512_set1_ps(0.5));
+        let r = _mm512_add_ps(y, half);
+        let r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0)), _mm512_set1_ps(127.0));
+        let qi = _mm512_cvttps_epi32(r);
+        let sums =
+            [_mm512_mask_reduce_add_epi32(0x00FF, qi), _mm512_mask_reduce_add_epi32(0xFF00, qi)];
+        let even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+        let bytes = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(qi), even_odd);
+        _mm_storeu_si128(qb.as_mut_ptr() as *mut __m128i, bytes);
+        Some((scale, sums))
+    }
+}
+
 /// Adds the 16-column blocks after the last full chunk (natural order).
 fn tail(
     packed: &[u8],
