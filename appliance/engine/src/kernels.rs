@@ -25,7 +25,7 @@ use alloc::vec::Vec;
 use core::ops::Range;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::pool::{Parallel, Serial};
+use crate::pool::{Parallel, Serial, SharedMut};
 use crate::simd::Path;
 use crate::tensor::DType;
 use crate::weights::Linear;
@@ -87,15 +87,6 @@ impl<'p, 'w> Product<'p, 'w> {
 pub fn matmuls_on(pool: &dyn Parallel, tokens: usize, products: &mut [Product<'_, '_>]) {
     matmuls_with(crate::simd::active(), pool, tokens, products);
 }
-
-/// A raw output pointer shared by workers that write disjoint elements.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: workers write disjoint row ranges of `y` (see `matmuls_with`), and
-// `y` outlives `pool.run`, which returns only after every worker has finished.
-unsafe impl Sync for Out {}
-// SAFETY: as above.
-unsafe impl Send for Out {}
 
 /// [`matmul_on`] with an explicit kernel path.
 ///
@@ -277,7 +268,7 @@ pub fn q8_activations(path: Path, w: &Linear<'_>) -> bool {
 struct Job<'p, 'w> {
     w: &'p Linear<'w>,
     xp: Prepared<'p>,
-    out: Out,
+    out: SharedMut,
     rows: usize,
     chunk_rows: usize,
     /// Index of this product's first chunk in the batch.
@@ -311,7 +302,7 @@ pub fn matmuls_with(
         let row_bytes = (p.w.weight_bytes() / rows).max(1);
         let chunk_rows = (CHUNK_BYTES / row_bytes).next_multiple_of(16).max(16);
         let xp = prepare(path, p.w, p.x, tokens);
-        jobs.push(Job { w: p.w, xp, out: Out(p.y.as_mut_ptr()), rows, chunk_rows, first: chunks });
+        jobs.push(Job { w: p.w, xp, out: SharedMut::new(p.y), rows, chunk_rows, first: chunks });
         chunks += rows.div_ceil(chunk_rows);
         work += rows * cols * tokens;
     }
@@ -355,7 +346,7 @@ fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scra
             for (t, v) in acc.iter().enumerate().take(n) {
                 // SAFETY: (t0 + t) * rows + r < tokens * rows = y.len(), and
                 // chunk rows are handed to one worker only (shared counter).
-                unsafe { *j.out.0.add((t0 + t) * j.rows + r) = *v };
+                unsafe { j.out.slice((t0 + t) * j.rows + r, 1)[0] = *v };
             }
         }
         t0 += n;

@@ -12,6 +12,35 @@
 use core::fmt;
 use core::ops::Range;
 
+/// A raw pointer to an `f32` buffer whose disjoint parts the workers of one
+/// [`Parallel::run`] write (matmul rows, DeltaNet heads, attention items).
+#[derive(Clone, Copy)]
+pub(crate) struct SharedMut(*mut f32);
+// SAFETY: users hand each part of the buffer to one worker only, and the
+// buffer outlives the `Parallel::run` that shares the pointer (`run` returns
+// only after every worker has finished).
+unsafe impl Sync for SharedMut {}
+// SAFETY: as above.
+unsafe impl Send for SharedMut {}
+
+impl SharedMut {
+    /// Shares `buf` with the workers of the next pool run.
+    pub(crate) fn new(buf: &mut [f32]) -> Self {
+        SharedMut(buf.as_mut_ptr())
+    }
+
+    /// `len` elements at `off`.
+    ///
+    /// # Safety
+    /// `off + len` is inside the buffer, the buffer is still alive, and no one
+    /// else accesses these elements while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice(&self, off: usize, len: usize) -> &mut [f32] {
+        // SAFETY: guaranteed by the caller.
+        unsafe { core::slice::from_raw_parts_mut(self.0.add(off), len) }
+    }
+}
+
 /// A set of workers that run one closure each, concurrently.
 pub trait Parallel: Sync {
     /// Number of workers (at least 1).

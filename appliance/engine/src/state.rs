@@ -117,14 +117,6 @@ impl Kv {
             Kv::F16(v) => ext(v, x),
         }
     }
-
-    /// Element `i` as f32.
-    pub fn get(&self, i: usize) -> f32 {
-        match self {
-            Kv::F32(v) => v[i],
-            Kv::F16(v) => v[i].to_f32(),
-        }
-    }
 }
 
 /// Cache of one decoder layer.

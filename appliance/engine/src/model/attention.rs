@@ -18,7 +18,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use crate::config::ModelConfig;
 use crate::kernels::{matmul_on, matmuls_on, Product};
 use crate::ops::{exp, rms_norm_1p, rope, sigmoid_in_place};
-use crate::pool::Parallel;
+use crate::pool::{Parallel, SharedMut};
 use crate::simd::attn::{self, KvElem};
 use crate::simd::Path;
 use crate::state::Kv;
@@ -166,28 +166,6 @@ impl Shape {
     }
 }
 
-/// A raw output pointer shared by workers that write disjoint elements.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: workers write disjoint ranges (one per work item, each item taken by
-// one worker from a shared counter), and the buffers outlive `pool.run`,
-// which returns only after every worker has finished.
-unsafe impl Sync for Out {}
-// SAFETY: as above.
-unsafe impl Send for Out {}
-
-impl Out {
-    /// `len` elements at `off`.
-    ///
-    /// # Safety
-    /// The range is inside the buffer and no one else accesses it meanwhile.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn slice(&self, off: usize, len: usize) -> &mut [f32] {
-        // SAFETY: guaranteed by the caller.
-        unsafe { core::slice::from_raw_parts_mut(self.0.add(off), len) }
-    }
-}
-
 /// Causal grouped-query attention of `tokens` queries (`qg`: `[T, nq, 2,
 /// hd]`, query then gate) over the cache (`[pos0 + T, nkv, hd]`) into `attn`
 /// (`[T, nq, hd]`, before the gate), split across `pool`.
@@ -216,8 +194,13 @@ fn attend<E: KvElem>(
     } else {
         (Vec::new(), Vec::new(), Vec::new())
     };
-    let (out_m, out_l, out_o, out_a) =
-        (Out(pm.as_mut_ptr()), Out(pl.as_mut_ptr()), Out(po.as_mut_ptr()), Out(attn.as_mut_ptr()));
+    // Workers write disjoint slots: one work item each, taken from a shared counter.
+    let (out_m, out_l, out_o, out_a) = (
+        SharedMut::new(&mut pm),
+        SharedMut::new(&mut pl),
+        SharedMut::new(&mut po),
+        SharedMut::new(attn),
+    );
     let scale = 1.0 / libm::sqrtf(hd as f32);
     let stride = nkv * hd;
     let next = AtomicUsize::new(0);

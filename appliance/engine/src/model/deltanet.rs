@@ -16,7 +16,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::kernels::{delta_step, matmul_on, matmuls_on, DeltaToken, Product};
 use crate::ops::{l2_norm, rms_norm_gated, sigmoid, silu, softplus};
-use crate::pool::{split, Parallel};
+use crate::pool::{split, Parallel, SharedMut};
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
 
@@ -146,8 +146,8 @@ impl<'a> DeltaNet<'a> {
         let mut core = vec![0.0; tokens * vd]; // [T, value_dim]
         let seq = Seq { qkv: &qkv, z: &z, beta: &b, decay: &decay, tokens };
         let chunk = ckpt.is_none() && tokens >= chunked_min_tokens();
-        let ck = ckpt.map(|c| Shared(c[base..].as_mut_ptr()));
-        let (st, out) = (Shared(recurrent.as_mut_ptr()), Shared(core.as_mut_ptr()));
+        let ck = ckpt.map(|c| SharedMut::new(&mut c[base..]));
+        let (st, out) = (SharedMut::new(recurrent), SharedMut::new(&mut core));
         let heads = |w: usize, n: usize| {
             let (st, out, ck) = (st, out, ck);
             for h in split(hv, w, n, 1) {
@@ -186,9 +186,9 @@ impl<'a> DeltaNet<'a> {
         cfg: &ModelConfig,
         h: usize,
         seq: &Seq<'_>,
-        st: Shared,
-        out: Shared,
-        ck: Option<Shared>,
+        st: SharedMut,
+        out: SharedMut,
+        ck: Option<SharedMut>,
         conv_len: usize,
     ) {
         let (dk, dv, hv) =
@@ -197,7 +197,7 @@ impl<'a> DeltaNet<'a> {
         let kh = h / (hv / cfg.linear_num_key_heads); // repeat_interleave: value head h reads key head h / group
         let stride = conv_len + hv * dk * dv;
         // SAFETY: per the contract, head h's state slice is ours alone.
-        let s = unsafe { core::slice::from_raw_parts_mut(st.0.add(h * dk * dv), dk * dv) };
+        let s = unsafe { st.slice(h * dk * dv, dk * dv) };
         let mut u = vec![0.0; dv];
         for t in 0..seq.tokens {
             let row = &seq.qkv[t * cd..(t + 1) * cd];
@@ -209,18 +209,13 @@ impl<'a> DeltaNet<'a> {
                 beta: seq.beta[t * hv + h],
             };
             // SAFETY: output columns h*dv.. of token t are ours alone.
-            let o = unsafe { core::slice::from_raw_parts_mut(out.0.add(t * vd + h * dv), dv) };
+            let o = unsafe { out.slice(t * vd + h * dv, dv) };
             delta_step(s, &tok, &mut u, o);
             let z = &seq.z[t * vd + h * dv..t * vd + (h + 1) * dv];
             rms_norm_gated(o, z, &self.norm, cfg.rms_norm_eps);
             if let Some(ck) = ck {
                 // SAFETY: head h's part of token t's checkpoint is ours alone.
-                let dst = unsafe {
-                    core::slice::from_raw_parts_mut(
-                        ck.0.add(t * stride + conv_len + h * dk * dv),
-                        dk * dv,
-                    )
-                };
+                let dst = unsafe { ck.slice(t * stride + conv_len + h * dk * dv, dk * dv) };
                 dst.copy_from_slice(s);
             }
         }
@@ -235,8 +230,8 @@ impl<'a> DeltaNet<'a> {
         cfg: &ModelConfig,
         h: usize,
         seq: &Seq<'_>,
-        st: Shared,
-        out: Shared,
+        st: SharedMut,
+        out: SharedMut,
     ) {
         let (dk, dv, hv) =
             (cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_num_value_heads);
@@ -257,12 +252,12 @@ impl<'a> DeltaNet<'a> {
             dv,
         };
         // SAFETY: per the contract, head h's state slice is ours alone.
-        let s = unsafe { core::slice::from_raw_parts_mut(st.0.add(h * dk * dv), dk * dv) };
+        let s = unsafe { st.slice(h * dk * dv, dk * dv) };
         chunked::run_head(crate::simd::active(), &hs, s, |t, o| {
             let z = &seq.z[t * vd + h * dv..t * vd + (h + 1) * dv];
             rms_norm_gated(o, z, &self.norm, cfg.rms_norm_eps);
             // SAFETY: output columns h*dv.. of token t are ours alone.
-            let dst = unsafe { core::slice::from_raw_parts_mut(out.0.add(t * vd + h * dv), dv) };
+            let dst = unsafe { out.slice(t * vd + h * dv, dv) };
             dst.copy_from_slice(o);
         });
     }
@@ -348,12 +343,3 @@ fn initial_chunked_min() -> Option<usize> {
 fn initial_chunked_min() -> Option<usize> {
     None
 }
-
-/// A raw pointer into a buffer whose disjoint parts workers write.
-#[derive(Clone, Copy)]
-struct Shared(*mut f32);
-// SAFETY: workers only touch disjoint parts (see `DeltaNet::head`), and the
-// buffers outlive the pool run that shares the pointer.
-unsafe impl Sync for Shared {}
-// SAFETY: as above.
-unsafe impl Send for Shared {}
