@@ -2,7 +2,8 @@
 //!
 //! `matmul_on(pool, w, x, tokens, y)` (or `matmuls_on` for several
 //! products in one pool run) cuts the weight rows into chunks the pool's
-//! workers take from a shared counter; a worker streams its chunk once per
+//! workers take from contiguous per-worker regions (`pool::Regions`, idle
+//! workers steal from the others' tails); a worker streams its chunk once per
 //! tile of up to [`TILE`] tokens (prefill and speculative verification read
 //! each weight from memory once, the chunk staying in cache across tiles).
 //! The row kernels come in a portable twin ([`generic`]) and SIMD versions
@@ -23,9 +24,8 @@ use alloc::borrow::Cow;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
-use core::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::pool::{Parallel, Serial, SharedMut};
+use crate::pool::{Parallel, Regions, Serial, SharedMut};
 use crate::simd::Path;
 use crate::tensor::DType;
 use crate::weights::Linear;
@@ -277,8 +277,10 @@ struct Job<'p, 'w> {
 
 /// [`matmuls_on`] with an explicit kernel path.
 ///
-/// Work is cut into chunks of about [`CHUNK_BYTES`] of weight rows, taken in
-/// order from a shared counter, so a worker the OS delays leaves its share
+/// Work is cut into chunks of about [`CHUNK_BYTES`] of weight rows; each
+/// worker takes the chunks of its own contiguous region in order (one long
+/// stream of rows, prefetched across chunk boundaries) and then steals from
+/// the back of the others' regions ([`Regions`]), so a worker the OS delays leaves its share
 /// to the others instead of holding everyone at the barrier.
 ///
 /// # Panics
@@ -309,14 +311,11 @@ pub fn matmuls_with(
     if jobs.is_empty() {
         return;
     }
-    let next = AtomicUsize::new(0);
-    let run = |_worker: usize, _workers: usize| {
+    let serial = work < PARALLEL_MIN || pool.workers() == 1;
+    let regions = Regions::new(chunks, if serial { 1 } else { pool.workers() });
+    let run = |worker: usize, _workers: usize| {
         let mut scratch = vec![];
-        loop {
-            let c = next.fetch_add(1, Ordering::Relaxed);
-            if c >= chunks {
-                break;
-            }
+        while let Some(c) = regions.take(worker) {
             let j = &jobs[jobs.partition_point(|j| j.first <= c) - 1];
             let r0 = (c - j.first) * j.chunk_rows;
             if path == Path::Generic && scratch.len() < j.w.cols() {
@@ -325,7 +324,7 @@ pub fn matmuls_with(
             rows_job(path, j, r0..j.rows.min(r0 + j.chunk_rows), tokens, &mut scratch);
         }
     };
-    if work < PARALLEL_MIN || pool.workers() == 1 {
+    if serial {
         run(0, 1);
     } else {
         pool.run(&run);
@@ -345,7 +344,7 @@ fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scra
             row(path, j.w, r, xt, n, &mut acc, scratch);
             for (t, v) in acc.iter().enumerate().take(n) {
                 // SAFETY: (t0 + t) * rows + r < tokens * rows = y.len(), and
-                // chunk rows are handed to one worker only (shared counter).
+                // chunk rows are handed to one worker only (`Regions::take`).
                 unsafe { j.out.slice((t0 + t) * j.rows + r, 1)[0] = *v };
             }
         }

@@ -90,6 +90,9 @@ impl Default for PoolRef<'_> {
     }
 }
 
+mod regions;
+pub use regions::Regions;
+
 #[cfg(feature = "std")]
 mod threads;
 #[cfg(feature = "std")]
