@@ -47,12 +47,16 @@ LLAMA=${LLAMA_CPP_DIR:-$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp}
 if [ ! -f "$LLAMA/convert_hf_to_gguf.py" ]; then
     [ -n "${LLAMA_CPP_DIR:-}" ] && { echo "LLAMA_CPP_DIR=$LLAMA has no convert_hf_to_gguf.py" >&2; exit 1; }
     say "downloading llama-cpp-python $VERSION (sdist) from PyPI"
-    python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$WORK"
+    # Without --no-build-isolation pip builds the sdist's build requirements (CMake among
+    # them) from source just to read its metadata: 20+ minutes on 2 cores.
+    python3 -m pip install --quiet scikit-build-core
+    python3 -m pip download --no-deps --no-binary :all: --no-build-isolation \
+        "llama-cpp-python==$VERSION" -d "$WORK"
     tar -xzf "$WORK/llama_cpp_python-$VERSION.tar.gz" -C "$WORK"
 fi
 BENCH=$LLAMA/build/bin/llama-bench
 if [ ! -x "$BENCH" ]; then
-    command -v cmake >/dev/null || python3 -m pip install cmake
+    command -v cmake >/dev/null || apt-get install -y -qq cmake || python3 -m pip install cmake
     say "building llama-bench in $LLAMA/build (Release, native, CPU only)"
     cmake -S "$LLAMA" -B "$LLAMA/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF

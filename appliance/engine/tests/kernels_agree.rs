@@ -113,7 +113,9 @@ fn dense_paths_agree_with_generic() {
     let pool = ThreadPool::new(2);
     for path in paths() {
         for dtype in [DType::BF16, DType::F16, DType::F32] {
-            for &(rows, cols) in &[(1, 1), (3, 7), (17, 16), (5, 33), (40, 100), (7, 1031)] {
+            for &(rows, cols) in
+                &[(1, 1), (3, 7), (17, 16), (5, 33), (40, 100), (7, 1031), (9, 64), (12, 256)]
+            {
                 let data = dense_bytes(&mut rng, dtype, rows * cols);
                 let w = Linear::Dense { dtype, data: &data, rows, cols };
                 for tokens in [1, 3, 16, 19] {
