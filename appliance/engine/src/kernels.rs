@@ -280,8 +280,9 @@ struct Job<'p, 'w> {
 /// Work is cut into chunks of about [`CHUNK_BYTES`] of weight rows; each
 /// worker takes the chunks of its own contiguous region in order (one long
 /// stream of rows, prefetched across chunk boundaries) and then steals from
-/// the back of the others' regions ([`Regions`]), so a worker the OS delays leaves its share
-/// to the others instead of holding everyone at the barrier.
+/// the back of the others' regions ([`Regions`]), so a worker the OS delays
+/// leaves its share to the others instead of holding everyone at the barrier.
+/// A product too small to split runs its chunks in order on the caller.
 ///
 /// # Panics
 /// On shape mismatches, or if `path` is not supported by this CPU.
@@ -311,24 +312,26 @@ pub fn matmuls_with(
     if jobs.is_empty() {
         return;
     }
-    let serial = work < PARALLEL_MIN || pool.workers() == 1;
-    let regions = Regions::new(chunks, if serial { 1 } else { pool.workers() });
-    let run = |worker: usize, _workers: usize| {
+    let chunk = |c: usize, scratch: &mut Vec<f32>| {
+        let j = &jobs[jobs.partition_point(|j| j.first <= c) - 1];
+        let r0 = (c - j.first) * j.chunk_rows;
+        if path == Path::Generic && scratch.len() < j.w.cols() {
+            scratch.resize(j.w.cols(), 0.0);
+        }
+        rows_job(path, j, r0..j.rows.min(r0 + j.chunk_rows), tokens, scratch);
+    };
+    if work < PARALLEL_MIN || pool.workers() == 1 {
+        let mut scratch = vec![];
+        (0..chunks).for_each(|c| chunk(c, &mut scratch));
+        return;
+    }
+    let regions = Regions::new(chunks, pool.workers());
+    pool.run(&|worker, _| {
         let mut scratch = vec![];
         while let Some(c) = regions.take(worker) {
-            let j = &jobs[jobs.partition_point(|j| j.first <= c) - 1];
-            let r0 = (c - j.first) * j.chunk_rows;
-            if path == Path::Generic && scratch.len() < j.w.cols() {
-                scratch.resize(j.w.cols(), 0.0);
-            }
-            rows_job(path, j, r0..j.rows.min(r0 + j.chunk_rows), tokens, &mut scratch);
+            chunk(c, &mut scratch);
         }
-    };
-    if serial {
-        run(0, 1);
-    } else {
-        pool.run(&run);
-    }
+    });
 }
 
 /// Rows `rows` of one job against every token, tile by tile.
