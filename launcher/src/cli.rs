@@ -14,6 +14,10 @@ pub struct Cli {
     /// Config file to use instead of ~/.config/kore/launch.toml (also KORE_CONFIG).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The CPU the VMM presents to the guest: host (default), x86-64-v3 (no AVX-512) or
+    /// x86-64-v2 (no AVX); also config key `guest_cpu` and KORE_GUEST_CPU.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    pub guest_cpu: Option<kore_vmm::GuestCpu>,
     /// The command; with none, boot the default pack and open the chat.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -268,6 +272,8 @@ pub enum Quant {
     Nvfp4,
     /// Keep bf16.
     Bf16,
+    /// No quantization, no conversion: matrices keep the checkpoint's dtype (f32, bf16, f16).
+    None,
 }
 
 /// Arguments of `up`.

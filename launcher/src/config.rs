@@ -9,6 +9,8 @@
 
 use crate::host::pci::normalize_addr;
 use crate::host::HugepageSize;
+use kore_vmm::cpu_level::UnknownGuestCpu;
+use kore_vmm::GuestCpu;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -81,6 +83,8 @@ pub struct FileConfig {
     pub context: Option<toml::Value>,
     /// Where the pidfile and sockets of `kore-launch up` live.
     pub runtime_dir: Option<PathBuf>,
+    /// The CPU the guest sees: "host", "x86-64-v3" or "x86-64-v2".
+    pub guest_cpu: Option<String>,
 }
 
 /// Settings given on the command line (each `None` when the flag is absent).
@@ -100,6 +104,8 @@ pub struct Overrides {
     pub context: Option<u64>,
     /// `--runtime-dir`.
     pub runtime_dir: Option<PathBuf>,
+    /// `--guest-cpu` (a global flag: [`Loaded::guest_cpu_flag`] fills it when unset).
+    pub guest_cpu: Option<GuestCpu>,
 }
 
 /// The effective settings after defaults, file, environment and flags.
@@ -121,6 +127,8 @@ pub struct Settings {
     pub context: u64,
     /// Runtime directory for `up`/`down`/`status`.
     pub runtime_dir: PathBuf,
+    /// The CPU level the VMM presents to the guest.
+    pub guest_cpu: GuestCpu,
     /// The config file read, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -132,23 +140,35 @@ pub struct Loaded {
     pub path: Option<PathBuf>,
     /// Its contents (all `None` without a file).
     pub file: FileConfig,
+    /// The global `--guest-cpu` flag, when given.
+    pub guest_cpu_flag: Option<GuestCpu>,
 }
 
 static LOADED: OnceLock<Loaded> = OnceLock::new();
 
-/// Loads the config file once for this process (`explicit` is `--config`).
-/// Called by `main`; later calls keep the first result.
-pub fn init(explicit: Option<&Path>) -> Result<&'static Loaded, ConfigError> {
+/// Loads the config file once for this process (`explicit` is `--config`)
+/// and keeps the global `--guest-cpu` flag. Called by `main`; later calls
+/// keep the first result.
+pub fn init(
+    explicit: Option<&Path>,
+    guest_cpu_flag: Option<GuestCpu>,
+) -> Result<&'static Loaded, ConfigError> {
     if let Some(loaded) = LOADED.get() {
         return Ok(loaded);
     }
-    let loaded = load(explicit, &env_var)?;
+    let loaded = Loaded { guest_cpu_flag, ..load(explicit, &env_var)? };
     Ok(LOADED.get_or_init(|| loaded))
+}
+
+/// The global `--guest-cpu` flag of this process, if given (for `up`, which
+/// hands it on to its daemon).
+pub fn guest_cpu_flag() -> Option<GuestCpu> {
+    LOADED.get().and_then(|l| l.guest_cpu_flag)
 }
 
 /// The effective settings for a command, given its flags.
 pub fn effective(flags: &Overrides) -> Result<Settings, ConfigError> {
-    let loaded = init(None)?;
+    let loaded = init(None, None)?;
     resolve(loaded, &env_var, flags)
 }
 
@@ -191,7 +211,7 @@ pub fn load(
     };
     let file = parse(&path, &text)?;
     tracing::debug!(path = %path.display(), "config file loaded");
-    Ok(Loaded { path: Some(path), file })
+    Ok(Loaded { path: Some(path), file, guest_cpu_flag: None })
 }
 
 /// Parses config text; errors name the line and key.
@@ -336,6 +356,19 @@ pub fn resolve(
         .or_else(|| file.runtime_dir.as_deref().map(in_file))
         .unwrap_or_else(|| default_runtime_dir(env));
 
+    let mut guest_cpu = GuestCpu::Host;
+    if let Some(s) = &file.guest_cpu {
+        guest_cpu = s.parse().map_err(|e: UnknownGuestCpu| bad_key("guest_cpu", e.to_string()))?;
+    }
+    if let Some(v) = env("KORE_GUEST_CPU") {
+        guest_cpu = v.parse().map_err(|e: UnknownGuestCpu| ConfigError::Env {
+            var: "KORE_GUEST_CPU",
+            value: v.clone(),
+            message: e.to_string(),
+        })?;
+    }
+    guest_cpu = flags.guest_cpu.or(loaded.guest_cpu_flag).unwrap_or(guest_cpu);
+
     Ok(Settings {
         model: model.unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL)),
         model_is_default,
@@ -345,6 +378,7 @@ pub fn resolve(
         vf,
         context,
         runtime_dir,
+        guest_cpu,
         config_file: loaded.path.clone(),
     })
 }

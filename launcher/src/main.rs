@@ -17,7 +17,7 @@ use clap::Parser;
 fn main() {
     let cli = cli::Cli::parse();
     init_tracing(cli.verbose);
-    if let Err(err) = config::init(cli.config.as_deref()) {
+    if let Err(err) = config::init(cli.config.as_deref(), cli.guest_cpu) {
         let err = error::LaunchError::from(err);
         eprintln!("kore-launch: error: {err}");
         std::process::exit(err.exit_code());

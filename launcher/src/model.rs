@@ -41,6 +41,15 @@ pub struct ModelFiles {
     pub stop_tokens: Vec<u32>,
 }
 
+/// The model directory of the effective settings: the one configured, or
+/// the default pack found by [`resolve`].
+pub fn effective_path(settings: &crate::config::Settings) -> Result<PathBuf> {
+    match settings.model_is_default {
+        true => resolve(None),
+        false => Ok(settings.model.clone()),
+    }
+}
+
 /// The directory `--model` names, or the default pack: `model-packs/tiny`
 /// under the current directory or one of its ancestors (so any directory of
 /// the repository works), else under an ancestor of the `kore-launch`

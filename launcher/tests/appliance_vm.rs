@@ -236,3 +236,41 @@ fn a_hugging_face_directory_is_imported_for_the_vm() {
     assert_eq!(again["token_ids"], vm["token_ids"]);
     assert_eq!(std::fs::read_dir(runtime.join("packs")).unwrap().count(), 1);
 }
+
+/// One guest image for every CPU level: at `--guest-cpu x86-64-v3` (no AVX-512: an EVEX
+/// instruction would fault) and `x86-64-v2` (no AVX) the appliance boots, picks the kernel
+/// path that level allows (the bench reports it), and its greedy tokens equal `--native` forced
+/// onto the same path with `KORE_KERNELS`.
+#[test]
+fn every_guest_cpu_level_boots_and_equals_native_on_its_kernel_path() {
+    require_images();
+    let pack = tiny_pack().to_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("rt");
+    for (level, path) in [("x86-64-v3", "avx2"), ("x86-64-v2", "generic")] {
+        let bench = ["bench", "--model", &pack, "--guest-cpu", level, "--json"];
+        let bench = last_json(&kore_env(&bench, &runtime).output().unwrap());
+        assert_eq!(bench["kernels"], path, "{level}: {bench}");
+        let args = [
+            "generate",
+            "--model",
+            &pack,
+            "--prompt",
+            "ROMEO:",
+            "--max-tokens",
+            "24",
+            "--mtp",
+            "0",
+            "--json",
+            "--guest-cpu",
+            level,
+        ];
+        let vm = last_json(&kore_env(&args, &runtime).output().unwrap());
+        let mut native = kore_env(&args[..10], &runtime);
+        native.arg("--native").env("KORE_KERNELS", path);
+        let native = last_json(&native.output().unwrap());
+        assert!(!vm["token_ids"].as_array().unwrap().is_empty());
+        assert_eq!(vm["token_ids"], native["token_ids"], "{level}: vm {vm}\nnative {native}");
+        assert_eq!(vm["text"], native["text"]);
+    }
+}

@@ -22,7 +22,7 @@ fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
 
 fn loaded(text: &str) -> Loaded {
     let path = PathBuf::from("/home/u/.config/kore/launch.toml");
-    Loaded { file: parse(&path, text).unwrap(), path: Some(path) }
+    Loaded { file: parse(&path, text).unwrap(), path: Some(path), guest_cpu_flag: None }
 }
 
 const FULL: &str = r#"
@@ -99,6 +99,7 @@ fn environment_beats_file_and_flags_beat_both() {
         vf: Some("05:00.3".into()),
         context: Some(512),
         runtime_dir: Some("/flag/run".into()),
+        guest_cpu: None,
     };
     let s = resolve(&loaded(FULL), &e, &flags).unwrap();
     assert_eq!(s.model, Path::new("/flag/pack"));
@@ -116,7 +117,7 @@ fn environment_beats_file_and_flags_beat_both() {
 
 fn file_error(text: &str) -> String {
     let err = parse(Path::new("/cfg/launch.toml"), text)
-        .map(|file| Loaded { file, path: Some("/cfg/launch.toml".into()) })
+        .map(|file| Loaded { file, path: Some("/cfg/launch.toml".into()), guest_cpu_flag: None })
         .and_then(|l| resolve(&l, &env(&[]), &Overrides::default()).map(|_| ()))
         .unwrap_err();
     assert!(matches!(err, ConfigError::File { .. }), "{err:?}");
@@ -216,4 +217,26 @@ fn sizes_parse_with_binary_units() {
     for bad in ["", "8", "G", "1.5G", "-1G", "0G", "8X", "99999999999T"] {
         assert!(parse_size(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn guest_cpu_comes_from_file_env_then_flag() {
+    use kore_vmm::GuestCpu;
+    let none = env(&[]);
+    let s = resolve(&loaded(""), &none, &Overrides::default()).unwrap();
+    assert_eq!(s.guest_cpu, GuestCpu::Host);
+    let file = loaded("guest_cpu = \"x86-64-v3\"\n");
+    assert_eq!(resolve(&file, &none, &Overrides::default()).unwrap().guest_cpu, GuestCpu::X86_64V3);
+    let e = env(&[("KORE_GUEST_CPU", "x86-64-v2")]);
+    assert_eq!(resolve(&file, &e, &Overrides::default()).unwrap().guest_cpu, GuestCpu::X86_64V2);
+    let flag = Overrides { guest_cpu: Some(GuestCpu::Host), ..Overrides::default() };
+    assert_eq!(resolve(&file, &e, &flag).unwrap().guest_cpu, GuestCpu::Host);
+    // The global flag counts as a flag.
+    let global = Loaded { guest_cpu_flag: Some(GuestCpu::X86_64V3), ..loaded("") };
+    assert_eq!(resolve(&global, &e, &Overrides::default()).unwrap().guest_cpu, GuestCpu::X86_64V3);
+    let err = resolve(&loaded("guest_cpu = \"v4\"\n"), &none, &Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("key `guest_cpu`"), "{err}");
+    let err =
+        resolve(&file, &env(&[("KORE_GUEST_CPU", "zen")]), &Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("KORE_GUEST_CPU"), "{err}");
 }

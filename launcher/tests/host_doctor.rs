@@ -61,7 +61,9 @@ fn doctor(
 ) -> Report {
     let root = SysRoot::new(tree.root());
     let budget = Budget::compute(&tree.real("/pack"), 1024).map_err(|e| e.to_string());
-    run(&Inputs { sys: &root, kvm, cpu, hugepage_size: size, budget, vf: vf.map(String::from) })
+    let vf = vf.map(String::from);
+    let guest_cpu = kore_vmm::GuestCpu::Host;
+    run(&Inputs { sys: &root, kvm, cpu, hugepage_size: size, budget, vf, guest_cpu })
 }
 
 #[test]
@@ -123,6 +125,21 @@ fn missing_cpu_features_warn() {
     assert!(report.ok);
     let report = doctor(&tree, KvmProbe::Api(12), CpuFeatures::default(), HugepageSize::M2, None);
     assert_eq!(check(&report, "cpu").status, Status::Fail);
+}
+
+#[test]
+fn the_cpu_check_names_the_kernel_path_at_each_guest_level() {
+    use kore_vmm::GuestCpu;
+    let cpu = all_cpu();
+    assert_eq!(cpu.kernel_path(GuestCpu::Host), "avx512vnni");
+    assert_eq!(cpu.kernel_path(GuestCpu::X86_64V3), "avx2");
+    assert_eq!(cpu.kernel_path(GuestCpu::X86_64V2), "generic");
+    let laptop = CpuFeatures { avx512f: false, avx512vnni: false, ..all_cpu() };
+    assert_eq!(laptop.kernel_path(GuestCpu::Host), "avx2");
+    let tree = healthy();
+    let report = doctor(&tree, KvmProbe::Api(12), all_cpu(), HugepageSize::M2, None);
+    let c = check(&report, "cpu");
+    assert!(c.detail.contains("avx512vnni natively, avx512vnni in the guest"), "{c:?}");
 }
 
 #[test]

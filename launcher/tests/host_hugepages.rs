@@ -184,13 +184,16 @@ fn budget_follows_the_documented_formula() {
     let weights = 10_000 + CONFIG.len() as u64;
     let b = Budget::compute(&dir, 1000).unwrap();
     assert_eq!(b.weights, weights);
-    // (1 full + 1 MTP layer) x K,V x 2 heads x 64 dims x 2 bytes per token.
-    assert_eq!(b.kv_cache, 1000 * 2 * 2 * 2 * 64 * 2);
+    // Room to double x (1 full + 1 MTP layer) x K,V x 2 heads x 64 dims x 4 bytes per token.
+    assert_eq!(b.kv_cache, 2 * 1000 * 2 * 2 * 2 * 64 * 4);
     // 3 linear layers x (4 x 32 x 32 state + 3 x (2x2x32 + 4x32) conv) x 4 bytes.
     assert_eq!(b.recurrent_state, 3 * (4 * 32 * 32 + 3 * (2 * 2 * 32 + 4 * 32)) * 4);
     assert_eq!(b.total(), weights + b.kv_cache + b.recurrent_state + HEAP_BYTES + KERNEL_BYTES);
     assert!(b.notes.is_empty(), "{:?}", b.notes);
-    assert_eq!(b.guest_bytes(), b.total());
+    // The VMM's layout rounds each part (own memory, the pack) up to 2 MiB pages.
+    assert_eq!(b.guest_bytes() % (2 * MIB), 0);
+    assert!(b.guest_bytes() >= b.total() && b.guest_bytes() < b.total() + 4 * MIB);
+    assert_eq!(b.own_memory(), b.kv_cache + b.recurrent_state + HEAP_BYTES + KERNEL_BYTES);
 }
 
 #[test]
@@ -201,7 +204,7 @@ fn budget_caps_the_context_and_honours_memory() {
     assert_eq!(b.context, 2048);
     assert!(b.notes[0].contains("above the model's maximum 2048"));
     let small = b.clone().with_memory(Some(64 * MIB));
-    assert_eq!(small.guest_bytes(), 64 * MIB);
+    assert_eq!(small.own_memory(), 64 * MIB);
     assert!(small.notes.iter().any(|n| n.contains("below")));
 }
 
@@ -213,14 +216,40 @@ fn budget_reads_a_pack_toml_and_falls_back_without_a_shape() {
     let b = Budget::compute(&dir, 10).unwrap();
     let shape = b.shape.unwrap();
     assert_eq!((shape.full_layers, shape.linear_layers), (2, 6));
-    assert_eq!(b.kv_cache, 10 * 2 * 2 * 16 * 2);
+    assert_eq!(b.kv_cache, 2 * 10 * 2 * 2 * 16 * 4);
+    // A pack counts the files the VMM preloads, each on its own 2 MiB pages.
+    assert_eq!(b.weights, 2 * 2 * MIB);
 
     let bare = tree.real("/bare");
     tree.file("/bare/weights.bin", &"y".repeat(4000));
     let b = Budget::compute(&bare, 10).unwrap();
     assert_eq!((b.kv_cache, b.shape), (1000, None));
+    assert_eq!(b.weights, 4000);
     assert!(b.notes[0].contains("no model shape"));
 
     let err = Budget::compute(&tree.real("/missing"), 10).unwrap_err();
     assert!(matches!(err, HostError::Pack { .. }) && err.to_string().contains("--model"), "{err}");
+}
+
+/// `doctor`/`setup` count exactly the RAM the VMM allocates at boot: the
+/// boot's own memory (`appliance::guest_memory` uses `Budget::own_memory`)
+/// and the pack as `kore_vmm::preload::plan` places it, laid out by the
+/// VMM's `RamPlan`, for the committed default pack.
+#[test]
+fn budget_equals_what_the_vmm_allocates_for_the_default_pack() {
+    let pack = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model-packs/tiny");
+    let files: Vec<_> = ["pack.toml", "weights.safetensors", "tokenizer.json"]
+        .iter()
+        .map(|f| pack.join(f))
+        .collect();
+    let (_, pack_bytes) = kore_vmm::preload::plan(&files).unwrap();
+    for context in [512, 4096, 65536] {
+        let b = Budget::compute(&pack, context).unwrap();
+        assert_eq!(b.weights, pack_bytes);
+        let own = b.own_memory().div_ceil(2 * MIB) * 2 * MIB;
+        for (size, page) in [(HugepageSize::M2, 2 * MIB), (HugepageSize::G1, 1 << 30)] {
+            let plan = kore_vmm::memory::RamPlan::new(own, pack_bytes, page).unwrap();
+            assert_eq!(b.guest_bytes_for(size), plan.total(), "context {context}, {size:?}");
+        }
+    }
 }

@@ -101,6 +101,8 @@ pub struct BootParams<'a> {
     pub vcpus: u32,
     /// TSC kHz.
     pub tsc_khz: u64,
+    /// The XCR0 the vCPUs were given.
+    pub xcr0: u64,
     /// Kernel as loaded.
     pub kernel: ImageInfo,
     /// User image as loaded.
@@ -118,6 +120,7 @@ pub fn boot_info(p: &BootParams<'_>) -> Result<BootInfo, BootError> {
     let mut info = BootInfo::new();
     info.vcpu_count = p.vcpus;
     info.tsc_khz = p.tsc_khz;
+    info.xcr0 = p.xcr0;
     info.kernel = p.kernel;
     info.user_image = p.user_image;
     let e = BootError::Info;

@@ -71,6 +71,8 @@ pub struct VmConfig {
     pub cmdline: String,
     /// Lines of console output kept for error reports and [`crate::RunningVm::console_lines`].
     pub console_lines: usize,
+    /// The CPU the guest sees (CPUID bits and XCR0).
+    pub guest_cpu: crate::GuestCpu,
 }
 
 impl VmConfig {
@@ -87,6 +89,7 @@ impl VmConfig {
             guest_cid: 3,
             cmdline: String::new(),
             console_lines: 200,
+            guest_cpu: crate::GuestCpu::Host,
         }
     }
 
@@ -99,6 +102,12 @@ impl VmConfig {
     /// Sets the guest's own RAM in MiB.
     pub fn memory_mib(mut self, mib: u64) -> Self {
         self.memory_bytes = mib << 20;
+        self
+    }
+
+    /// Sets the CPU level the guest sees.
+    pub fn guest_cpu(mut self, level: crate::GuestCpu) -> Self {
+        self.guest_cpu = level;
         self
     }
 

@@ -9,6 +9,8 @@ use kvm_bindings::{
 };
 use kvm_ioctls::VcpuFd;
 
+pub use crate::cpu_level::GuestCpu;
+
 /// Errors setting up a vCPU.
 #[derive(Debug, thiserror::Error)]
 pub enum CpuError {
@@ -101,20 +103,23 @@ fn set_entry(
     cpuid.push(e).map_err(|_| CpuError::Build("cpuid (too many entries)"))
 }
 
-/// XCR0 the guest gets: [`abi::XCR0_WANTED`] masked by the host's XCR0 support.
-pub fn guest_xcr0() -> u64 {
+/// XCR0 the guest gets at `level`: [`abi::XCR0_WANTED`] masked by the host's
+/// XCR0 support and by what the level allows.
+pub fn guest_xcr0(level: GuestCpu) -> u64 {
     let [eax, _, _, edx] = host_cpuid(0xd, 0);
-    abi::XCR0_WANTED & (eax as u64 | ((edx as u64) << 32))
+    abi::XCR0_WANTED & (eax as u64 | ((edx as u64) << 32)) & level.xcr0_mask()
 }
 
 /// Patches KVM's supported CPUID with the host's SIMD feature bits (KVM's
 /// list lacks them on nested hosts although the guest can run them), the
-/// XSAVE state leaves and `cpu`'s APIC id.
-pub fn patch_cpuid(cpuid: &mut CpuId, cpu: u32) -> Result<(), CpuError> {
+/// XSAVE state leaves and `cpu`'s APIC id, then hides what `level` excludes.
+pub fn patch_cpuid(cpuid: &mut CpuId, cpu: u32, level: GuestCpu) -> Result<(), CpuError> {
     let h1 = host_cpuid(1, 0);
     let max_leaf = host_cpuid(0, 0)[0];
+    let hide = level.hidden();
     set_entry(cpuid, 1, 0, |e| {
         e.ecx |= h1[2] & LEAF1_ECX;
+        e.ecx &= !hide.leaf1_ecx;
         e.ecx |= 1 << 31; // hypervisor
         e.ebx = (e.ebx & 0x00ff_ffff) | (cpu << 24);
     })?;
@@ -123,16 +128,18 @@ pub fn patch_cpuid(cpuid: &mut CpuId, cpu: u32) -> Result<(), CpuError> {
         let h71 = host_cpuid(7, 1);
         set_entry(cpuid, 7, 0, |e| {
             e.eax = e.eax.max(h7[0].min(1));
-            e.ebx |= h7[1] & LEAF7_EBX;
-            e.ecx |= h7[2] & LEAF7_ECX;
-            e.edx |= h7[3] & LEAF7_EDX;
+            e.ebx = (e.ebx | (h7[1] & LEAF7_EBX)) & !hide.leaf7_ebx;
+            e.ecx = (e.ecx | (h7[2] & LEAF7_ECX)) & !hide.leaf7_ecx;
+            e.edx = (e.edx | (h7[3] & LEAF7_EDX)) & !hide.leaf7_edx;
         })?;
         if h7[0] >= 1 {
-            set_entry(cpuid, 7, 1, |e| e.eax |= h71[0] & LEAF7_1_EAX)?;
+            set_entry(cpuid, 7, 1, |e| {
+                e.eax = (e.eax | (h71[0] & LEAF7_1_EAX)) & !hide.leaf7_1_eax
+            })?;
         }
     }
     if max_leaf >= 0xd && h1[2] & (1 << 26) != 0 {
-        let xcr0 = guest_xcr0();
+        let xcr0 = guest_xcr0(level);
         let h = host_cpuid(0xd, 0);
         set_entry(cpuid, 0xd, 0, |e| {
             e.eax = xcr0 as u32;
@@ -155,6 +162,13 @@ pub fn patch_cpuid(cpuid: &mut CpuId, cpu: u32) -> Result<(), CpuError> {
         }
     }
     for e in cpuid.as_mut_slice() {
+        // XSAVE components the level hides are not described either.
+        if e.function == 0xd
+            && (2..64).contains(&e.index)
+            && level.xcr0_mask() & (1 << e.index) == 0
+        {
+            (e.eax, e.ebx, e.ecx, e.edx) = (0, 0, 0, 0);
+        }
         if e.function == 0xb || e.function == 0x1f {
             e.edx = cpu;
         }
@@ -194,12 +208,13 @@ pub fn has_fsgsbase() -> bool {
 pub fn setup_vcpu(
     vcpu: &VcpuFd,
     cpuid: &CpuId,
+    level: GuestCpu,
     cpu: u32,
     ncpus: u32,
     rip: u64,
 ) -> Result<(), CpuError> {
     let mut cpuid = cpuid.clone();
-    patch_cpuid(&mut cpuid, cpu)?;
+    patch_cpuid(&mut cpuid, cpu, level)?;
     vcpu.set_cpuid2(&cpuid).map_err(kvm("SET_CPUID2"))?;
 
     let mut sregs = vcpu.get_sregs().map_err(kvm("GET_SREGS"))?;
@@ -231,8 +246,12 @@ pub fn setup_vcpu(
 
     let mut xcrs = kvm_xcrs { nr_xcrs: 1, ..Default::default() };
     xcrs.xcrs[0].xcr = 0;
-    xcrs.xcrs[0].value = guest_xcr0();
+    xcrs.xcrs[0].value = guest_xcr0(level);
     vcpu.set_xcrs(&xcrs).map_err(kvm("SET_XCRS"))?;
+    if let Ok(back) = vcpu.get_xcrs() {
+        let l7 = cpuid.as_slice().iter().find(|e| e.function == 7 && e.index == 0).copied();
+        tracing::debug!(cpu, %level, xcr0 = back.xcrs[0].value, leaf7_ebx = ?l7.map(|e| e.ebx), "guest CPU");
+    }
 
     let fpu = kvm_fpu { fcw: 0x37f, mxcsr: 0x1f80, ..Default::default() };
     vcpu.set_fpu(&fpu).map_err(kvm("SET_FPU"))?;
@@ -295,7 +314,7 @@ mod tests {
     fn cpuid_has_host_simd_bits() {
         let kvm = kvm_ioctls::Kvm::new().expect("/dev/kvm");
         let mut cpuid = kvm.get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES).unwrap();
-        patch_cpuid(&mut cpuid, 3).unwrap();
+        patch_cpuid(&mut cpuid, 3, GuestCpu::Host).unwrap();
         let get = |f: u32, i: u32| {
             cpuid.as_slice().iter().find(|e| e.function == f && e.index == i).copied().unwrap()
         };
@@ -319,8 +338,37 @@ mod tests {
             assert_ne!(g7.ebx & (1 << 5), 0, "AVX2");
             assert_ne!(g1.ecx & (1 << 12), 0, "FMA");
             assert_ne!(g1.ecx & (1 << 29), 0, "F16C");
-            assert_eq!(guest_xcr0() & 0x7, 0x7);
+            assert_eq!(guest_xcr0(GuestCpu::Host) & 0x7, 0x7);
         }
         assert_eq!(get(0x8000_0001, 0).edx & (1 << 26), 0, "no Page1GB");
+    }
+
+    /// The lower levels hide AVX-512 (and AVX) in CPUID and in XCR0.
+    #[test]
+    fn levels_hide_simd_bits_and_state() {
+        let kvm = kvm_ioctls::Kvm::new().expect("/dev/kvm");
+        let base = kvm.get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES).unwrap();
+        for level in [GuestCpu::X86_64V3, GuestCpu::X86_64V2] {
+            let mut cpuid = base.clone();
+            patch_cpuid(&mut cpuid, 0, level).unwrap();
+            let get = |f: u32, i: u32| {
+                cpuid.as_slice().iter().find(|e| e.function == f && e.index == i).copied()
+            };
+            let (g1, g7) = (get(1, 0).unwrap(), get(7, 0).unwrap());
+            assert_eq!(g7.ebx & (1 << 16), 0, "{level}: AVX512F hidden");
+            assert_eq!(g7.ecx & (1 << 11), 0, "{level}: AVX512_VNNI hidden");
+            assert_eq!(guest_xcr0(level) & 0xe0, 0, "{level}: no opmask/ZMM state");
+            if let Some(d) = get(0xd, 0) {
+                assert_eq!(d.eax & 0xe0, 0, "{level}: leaf 0xd lists no AVX-512 state");
+            }
+            if level == GuestCpu::X86_64V2 {
+                assert_eq!(g1.ecx & (1 << 28), 0, "AVX hidden");
+                assert_eq!(g7.ebx & (1 << 5), 0, "AVX2 hidden");
+                assert_eq!(guest_xcr0(level), 0x3);
+            } else if host_cpuid(1, 0)[2] & (1 << 28) != 0 {
+                assert_ne!(g7.ebx & (1 << 5), 0, "v3 keeps AVX2");
+                assert_eq!(guest_xcr0(level), 0x7);
+            }
+        }
     }
 }

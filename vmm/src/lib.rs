@@ -25,6 +25,7 @@
 pub mod boot;
 pub mod config;
 pub mod cpu;
+pub mod cpu_level;
 pub mod devices;
 pub mod loader;
 pub mod memory;
@@ -36,6 +37,7 @@ pub mod vsock;
 use std::sync::{Arc, Mutex};
 
 pub use config::{HugePageSize, VmConfig};
+pub use cpu_level::GuestCpu;
 pub use preload::Progress;
 pub use vm::{CrashReport, MmioDevice, RunningVm, Stopper, Vm, VmError};
 

@@ -246,6 +246,7 @@ impl Vm {
             plan: &plan,
             vcpus: config.vcpus,
             tsc_khz,
+            xcr0: cpu::guest_xcr0(config.guest_cpu),
             kernel,
             user_image,
             files,
@@ -269,7 +270,7 @@ impl Vm {
             vcpus.push(vm.create_vcpu(i as u64).map_err(kvm_err("CREATE_VCPU"))?);
         }
         for (i, v) in vcpus.iter().enumerate() {
-            cpu::setup_vcpu(v, &cpuid, i as u32, config.vcpus, kernel.entry)?;
+            cpu::setup_vcpu(v, &cpuid, config.guest_cpu, i as u32, config.vcpus, kernel.entry)?;
         }
 
         let shared = Arc::new(Shared {

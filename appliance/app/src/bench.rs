@@ -105,6 +105,7 @@ pub fn run(
         bandwidth_fraction: r.bandwidth_fraction,
         tokens_per_step: r.tokens_per_step,
         threads: u32::try_from(r.threads).unwrap_or(u32::MAX),
+        kernels: String::from(r.kernels),
         mtp: r.mtp.map(|m| MtpBench {
             mtp: u32::try_from(m.drafts).unwrap_or(u32::MAX),
             mtp_acceptance: m.acceptance,

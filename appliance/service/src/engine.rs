@@ -132,6 +132,8 @@ pub struct BenchReport {
     pub tokens_per_step: f64,
     /// Worker threads used.
     pub threads: u32,
+    /// The kernel path the engine ran (`generic`, `avx2`, `avx512`, `avx512vnni`).
+    pub kernels: String,
     /// With MTP drafting (`mtp > 0`): the figures of [`MtpBench`], else absent.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub mtp: Option<MtpBench>,

@@ -21,6 +21,8 @@ pub struct Cmdline {
     pub bench_prompt: Option<usize>,
     /// `bench_mib=M`: the read-bandwidth buffer in MiB.
     pub bench_mib: Option<usize>,
+    /// `context=N`: the engine's context limit in tokens (never above the model's).
+    pub context: Option<u32>,
 }
 
 impl Cmdline {
@@ -48,6 +50,7 @@ impl Cmdline {
                 "bench" => c.bench = Some(v.parse().map_err(|_| bad())?),
                 "bench_prompt" => c.bench_prompt = Some(v.parse().map_err(|_| bad())?),
                 "bench_mib" => c.bench_mib = Some(v.parse().map_err(|_| bad())?),
+                "context" => c.context = Some(v.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?),
                 _ => return Err(alloc::format!("unknown key `{k}`")),
             }
         }

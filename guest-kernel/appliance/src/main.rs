@@ -8,6 +8,7 @@
 //! Command line (space-separated `key=value`); without `selftest` the appliance serves the
 //! chat protocol (kore-service, `docs/protocol.md`) on vsock port [`SERVICE_PORT`]:
 //! - `port=P`: serve on vsock port P instead;
+//! - `context=N`: limit the context (prompt + generated tokens) to N, never above the model's;
 //! - `kernels=generic|avx2|avx512`: force kore-engine's kernel path (default: the best the CPU
 //!   reports, AVX-512 here);
 //! - `bench=N [bench_prompt=P] [bench_mib=M]`: run kore-engine's benchmark (P prompt tokens,
@@ -69,6 +70,11 @@ fn main() -> u32 {
         }
     };
     println!("kore-appliance: cpus={} cmdline={raw:?}", kore_rt::cpu_count());
+    // The CPU level the VMM gave this guest (its XCR0), also where ring 3 sees the host's.
+    let xcr0 = kore_rt::boot_info().xcr0;
+    if xcr0 != 0 {
+        kore_engine::simd::limit_xcr0(xcr0);
+    }
     let pack = match Pack::from_files(kore_rt::preloaded_files()) {
         Ok(p) => p,
         Err(e) => {
@@ -116,7 +122,7 @@ fn main() -> u32 {
     if let Some(n) = cmd.selftest {
         return selftest::run(&model, &tokenizer, n, cmd.prompt_ids.as_deref());
     }
-    serve_vsock(&model, tokenizer, &pack, cmd.port.unwrap_or(SERVICE_PORT))
+    serve_vsock(&model, tokenizer, &pack, cmd.port.unwrap_or(SERVICE_PORT), cmd.context)
 }
 
 /// Serves kore-service on vsock `port` until the device fails.
@@ -125,6 +131,7 @@ fn serve_vsock<'m>(
     tokenizer: Tokenizer,
     pack: &Pack<'_>,
     port: u32,
+    context: Option<u32>,
 ) -> u32 {
     use alloc::sync::Arc;
     let tokenizer = Arc::new(tokenizer);
@@ -134,8 +141,12 @@ fn serve_vsock<'m>(
         model.config.vocab_size,
     );
     // `{"op":"bench"}` measures with the TSC clock, like `bench=N`.
-    let engine = kore_appliance::ModelEngine::new(model, pack.manifest.name.clone(), stops.clone())
-        .with_clock(clock::now_ns);
+    let mut engine =
+        kore_appliance::ModelEngine::new(model, pack.manifest.name.clone(), stops.clone())
+            .with_clock(clock::now_ns);
+    if let Some(limit) = context {
+        engine = engine.with_context_limit(limit);
+    }
     let codec = kore_appliance::TokenizerCodec::new(tokenizer, stops);
     let mut svc =
         kore_service::Service::new(engine, codec, serve::TscClock, kore_service::Config::default());

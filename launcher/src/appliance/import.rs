@@ -1,7 +1,9 @@
 //! A Hugging Face model directory for the guest: the appliance boots packs,
-//! so `--model HF_DIR` without `--native` is imported on the fly (bf16, no
-//! quantization, as `kore-launch pack import --quant bf16`) into a cache in
-//! the runtime directory, once per version of the directory.
+//! so `--model HF_DIR` without `--native` is imported on the fly (no
+//! quantization and no conversion: every tensor keeps the checkpoint's dtype,
+//! as `kore-launch pack import --quant none`, so the guest computes what
+//! `--native` computes on the directory) into a cache in the runtime
+//! directory, once per version of the directory.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -32,11 +34,11 @@ pub fn pack_for(hf: &Path, runtime_dir: &Path) -> Result<PathBuf> {
     let tmp = dir.with_extension(format!("partial-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     eprintln!(
-        "kore-launch: importing {} as a bf16 pack for the guest (once): {}",
+        "kore-launch: importing {} as a pack for the guest (once, dtypes kept): {}",
         hf.display(),
         dir.display()
     );
-    let opts = ImportOptions { quant: QuantMode::Bf16, ..ImportOptions::default() };
+    let opts = ImportOptions { quant: QuantMode::Keep, ..ImportOptions::default() };
     import(hf, &tmp, &opts, &kore_pack::progress::NoProgress).map_err(|e| {
         let _ = std::fs::remove_dir_all(&tmp);
         LaunchError::Model(format!("{}: cannot import it as a pack: {e}", hf.display()))
@@ -50,6 +52,8 @@ pub fn pack_for(hf: &Path, runtime_dir: &Path) -> Result<PathBuf> {
 /// modification times: changes when the model does.
 fn version(hf: &Path) -> u64 {
     let mut h = DefaultHasher::new();
+    // The import's own format: a change of what the import writes invalidates old caches.
+    "kore-import dtypes-kept 1".hash(&mut h);
     hf.canonicalize().unwrap_or_else(|_| hf.to_path_buf()).hash(&mut h);
     let mut files: Vec<_> =
         std::fs::read_dir(hf).map(|d| d.flatten().collect()).unwrap_or_default();

@@ -72,7 +72,13 @@ impl Appliance {
     /// The service in-process over the model at `model` (pack or Hugging Face
     /// directory); returns once the model is loaded.
     pub fn native(model: &Path) -> Result<Appliance> {
-        Ok(Appliance { kind: Kind::Native(native::spawn(model)?), own_dir: None })
+        Self::native_with_context(model, None)
+    }
+
+    /// [`Appliance::native`] with the engine's context limited to `context`
+    /// tokens (the configured `context`; never above the model's own).
+    pub fn native_with_context(model: &Path, context: Option<u64>) -> Result<Appliance> {
+        Ok(Appliance { kind: Kind::Native(native::spawn(model, context)?), own_dir: None })
     }
 
     /// Boots the Kore VM for one command: `pack` preloaded, vCPUs, memory and
@@ -126,12 +132,9 @@ impl Appliance {
     ) -> Result<(Appliance, PathBuf)> {
         let settings = crate::config::effective(overrides)?;
         // The default pack is searched for (cwd up, the executable's checkout).
-        let path = match settings.model_is_default {
-            true => crate::model::resolve(None)?,
-            false => settings.model.clone(),
-        };
+        let path = crate::model::effective_path(&settings)?;
         if native || std::env::var("KORE_APPLIANCE").is_ok_and(|v| v == "native") {
-            return Ok((Appliance::native(&path)?, path));
+            return Ok((Appliance::native_with_context(&path, Some(settings.context))?, path));
         }
         // The guest boots packs: a Hugging Face directory is imported first.
         let path = match import::is_hf_dir(&path) {
@@ -302,20 +305,18 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
         hugepages,
         socket,
         images: GuestImages::locate()?,
-        cmdline: String::new(),
+        cmdline: format!("context={}", settings.context.min(u64::from(u32::MAX))),
+        guest_cpu: settings.guest_cpu,
     })
 }
 
-/// Guest RAM (besides the preloaded pack) for `pack` at `context` tokens:
-/// the engine keeps its KV cache in f32 (twice the budget's 2-byte figure)
-/// in growable vectors (room for one doubling), plus the recurrent state,
-/// heap and kernel of `host::sizing`.
+/// The guest's own RAM (besides the preloaded pack) for `pack` at `context`
+/// tokens: [`crate::host::sizing::Budget::own_memory`], the same sizing
+/// `setup` reserves and `doctor` checks.
 pub fn guest_memory(pack: &Path, context: u64) -> Result<u64> {
     let b = crate::host::sizing::Budget::compute(pack, context)
         .map_err(|e| LaunchError::Model(e.to_string()))?;
-    let kv_f32 = b.kv_cache * 2;
-    let bytes = 2 * kv_f32 + b.recurrent_state + b.heap + b.kernel;
-    Ok(bytes.div_ceil(2 * MIB) * 2 * MIB)
+    Ok(b.own_memory().div_ceil(2 * MIB) * 2 * MIB)
 }
 
 #[cfg(test)]

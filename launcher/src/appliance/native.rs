@@ -16,7 +16,8 @@ use crate::model;
 
 /// Starts the service thread for the model at `path` and waits until the
 /// model is loaded (its errors come back here, not as a dead connection).
-pub fn spawn(path: &Path) -> Result<ServiceHandle> {
+/// `context` limits the engine's context (prompt + generated tokens).
+pub fn spawn(path: &Path, context: Option<u64>) -> Result<ServiceHandle> {
     let path: PathBuf = path.to_path_buf();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
     let handle = ServiceHandle::spawn_with(move |runner| {
@@ -41,7 +42,10 @@ pub fn spawn(path: &Path) -> Result<ServiceHandle> {
         model.set_pool(&pool);
         let name = model_name(&path);
         let stops = files.stop_tokens.clone();
-        let engine = ModelEngine::new(&model, name, stops.clone());
+        let mut engine = ModelEngine::new(&model, name, stops.clone());
+        if let Some(limit) = context {
+            engine = engine.with_context_limit(u32::try_from(limit).unwrap_or(u32::MAX));
+        }
         let codec = TokenizerCodec::new(Arc::new(tokenizer), stops);
         let service = Service::new(engine, codec, StdClock::new(), Config::default());
         let _ = ready_tx.send(Ok(()));

@@ -36,6 +36,8 @@ pub struct BootOptions {
     pub images: super::GuestImages,
     /// Guest command line (empty: serve the protocol).
     pub cmdline: String,
+    /// The CPU level the guest sees.
+    pub guest_cpu: kore_vmm::GuestCpu,
 }
 
 /// Measured while booting.
@@ -258,6 +260,7 @@ fn vm_config(opts: &BootOptions, pack: &Path, pages: HugePageSize) -> VmConfig {
         .vcpus(opts.vcpus)
         .memory_mib(opts.memory_bytes.div_ceil(1 << 20))
         .hugepages(pages)
+        .guest_cpu(opts.guest_cpu)
         .vsock_uds(&opts.socket)
         .cmdline(opts.cmdline.clone());
     for f in PACK_FILES {

@@ -15,9 +15,10 @@ use std::io::Write;
 pub fn run(flag: JsonFlag) -> Result<()> {
     let settings = config::effective(&Overrides::default())?;
     let root = sysroot();
-    let budget = Budget::compute(&settings.model, settings.context)
-        .map(|b| b.with_memory(settings.memory))
-        .map_err(|e| e.to_string());
+    let budget = crate::model::effective_path(&settings)
+        .map_err(|e| e.to_string())
+        .and_then(|model| Budget::compute(&model, settings.context).map_err(|e| e.to_string()))
+        .map(|b| b.with_memory(settings.memory));
     let inputs = Inputs {
         sys: &root,
         kvm: kvm::probe(&root),
@@ -25,6 +26,7 @@ pub fn run(flag: JsonFlag) -> Result<()> {
         hugepage_size: settings.hugepage_size,
         budget,
         vf: settings.vf.clone(),
+        guest_cpu: settings.guest_cpu,
     };
     let mut found = checks::run(&inputs);
     let config_detail = match &settings.config_file {

@@ -61,7 +61,19 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     let mtp = mtp_drafts(&model, args.sampling.mtp)?;
     let params = sampling_params(&args.sampling)?;
-    let max_tokens = args.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    // The configured context limits the engine here as in the appliance.
+    let overrides = crate::config::Overrides { model: args.model.clone(), ..Default::default() };
+    let context =
+        usize::try_from(crate::config::effective(&overrides)?.context).unwrap_or(usize::MAX);
+    if prompt.len() >= context {
+        return Err(LaunchError::Usage(format!(
+            "prompt_too_long: the prompt has {} tokens and the context limit is {context} \
+             (the `context` setting: --context on setup, KORE_CONTEXT or the config file)",
+            prompt.len()
+        )));
+    }
+    let max_tokens =
+        args.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(context - prompt.len());
     let run = decode(&model, &prompt, max_tokens, &files.stop_tokens, params, mtp)?;
     let text = match &files.tokenizer {
         Some(t) => t.decode(&run.tokens),

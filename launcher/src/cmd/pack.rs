@@ -35,6 +35,7 @@ fn import(args: &PackImportArgs) -> Result<()> {
         quant: match args.quant {
             Quant::Nvfp4 => QuantMode::Nvfp4,
             Quant::Bf16 => QuantMode::Bf16,
+            Quant::None => QuantMode::Keep,
         },
         groups,
         keep: args.keep.clone(),

@@ -20,9 +20,9 @@ pub fn run(args: &SetupArgs) -> Result<()> {
         ..Overrides::default()
     };
     let settings = config::effective(&overrides)?;
-    let budget = Budget::compute(&settings.model, settings.context)
-        .map_err(host_error)?
-        .with_memory(settings.memory);
+    let model = crate::model::effective_path(&settings)?;
+    let budget =
+        Budget::compute(&model, settings.context).map_err(host_error)?.with_memory(settings.memory);
     // An explicit --vf wins; with --gpu the first new VF; otherwise the configured `vf`.
     let vf = match (&args.vf, &args.gpu) {
         (Some(_), _) | (None, None) => settings.vf.clone(),
@@ -39,7 +39,33 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut changes = Changes::new(&root, args.dry_run, running_as_root(), &mut out);
+    kvm_group(&mut changes).map_err(host_error)?;
     prepare(&mut changes, &plan).map_err(host_error)
+}
+
+/// Lets the user who ran `sudo kore-launch setup` open /dev/kvm (group `kvm`), so
+/// every command but `setup` runs without root.
+fn kvm_group(changes: &mut Changes<'_>) -> std::result::Result<(), HostError> {
+    let user = std::env::var("SUDO_USER").ok().filter(|u| !u.is_empty() && u != "root");
+    let Some(user) = user else {
+        return changes.note(
+            "[ok] /dev/kvm: to run the appliance as a user, add it to group kvm \
+             (`sudo usermod -aG kvm USER`, then log in again); `sudo kore-launch setup` does it",
+        );
+    };
+    let groups = std::process::Command::new("id").args(["-nG", &user]).output();
+    let in_kvm = groups
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().any(|g| g == "kvm"))
+        .unwrap_or(false);
+    if in_kvm {
+        return changes
+            .note(&format!("[ok] {user} is in group kvm (/dev/kvm usable without root)"));
+    }
+    changes.command(
+        "usermod",
+        &["-aG", "kvm", &user],
+        &format!("lets {user} open /dev/kvm; takes effect at {user}'s next login"),
+    )
 }
 
 /// The filesystem root for host files: `/`, or `KORE_SYSROOT` (for tests and chroots).

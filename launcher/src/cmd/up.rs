@@ -40,6 +40,9 @@ pub fn run(args: UpArgs, verbose: u8) -> Result<()> {
     if let Some(model) = &args.model {
         cmd.arg("--model").arg(model);
     }
+    if let Some(level) = crate::config::guest_cpu_flag() {
+        cmd.arg("--guest-cpu").arg(level.name());
+    }
     cmd.arg(format!("-{}", "v".repeat(usize::from(verbose.max(1)))));
     cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(io_err(&rt.log_file()))?).stderr(log);
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent;

@@ -63,6 +63,30 @@ impl<'a> Changes<'a> {
         Ok(())
     }
 
+    /// Runs `program args` (or only prints it in a dry run); fails when it fails.
+    pub fn command(&mut self, program: &str, args: &[&str], why: &str) -> Result<(), HostError> {
+        let shown = format!("{program} {}", args.join(" "));
+        if self.dry_run {
+            writeln!(self.out, "[dry-run] {shown}   # {why}")?;
+        } else {
+            if !self.is_root {
+                return Err(HostError::NotRoot { what: format!("running `{shown}` ({why})") });
+            }
+            writeln!(self.out, "[change] {shown}   # {why}")?;
+            let failed = |detail: String| HostError::Command { command: shown.clone(), detail };
+            let status = std::process::Command::new(program)
+                .args(args)
+                .status()
+                .map_err(|e| failed(e.to_string()))?;
+            if !status.success() {
+                return Err(failed(status.to_string()));
+            }
+            tracing::info!(command = %shown, why, "changed");
+        }
+        self.made.push(Change { path: shown, value: String::new(), why: why.to_string() });
+        Ok(())
+    }
+
     /// Prints a line that is not a change (a check passed, a fact found).
     pub fn note(&mut self, text: &str) -> Result<(), HostError> {
         writeln!(self.out, "{text}")?;

@@ -63,6 +63,8 @@ pub struct Inputs<'a> {
     pub budget: Result<Budget, String>,
     /// The configured VF to pass through, if any.
     pub vf: Option<String>,
+    /// The CPU level the VMM presents to the guest.
+    pub guest_cpu: kore_vmm::GuestCpu,
 }
 
 /// The doctor's findings.
@@ -107,7 +109,7 @@ pub fn run(inputs: &Inputs<'_>) -> Report {
     let meminfo = MemInfo::read(inputs.sys);
     let mut checks = vec![
         kvm(inputs.sys, &inputs.kvm),
-        cpu(&inputs.cpu),
+        cpu(&inputs.cpu, inputs.guest_cpu),
         hugepages(inputs, &meminfo),
         memory(inputs, &meminfo),
         iommu(inputs.sys),
@@ -165,7 +167,7 @@ fn nested_note(sys: &dyn Sys) -> String {
     note
 }
 
-fn cpu(cpu: &CpuFeatures) -> Check {
+fn cpu(cpu: &CpuFeatures, level: kore_vmm::GuestCpu) -> Check {
     if !cpu.x86_64 {
         return Check::new(
             "cpu",
@@ -176,8 +178,13 @@ fn cpu(cpu: &CpuFeatures) -> Check {
     }
     let missing = cpu.missing();
     let present: Vec<&str> = cpu.list().iter().filter(|(_, p)| *p).map(|(n, _)| *n).collect();
+    let paths = format!(
+        "kernels: {} natively, {} in the guest (guest CPU {level})",
+        cpu.kernel_path(kore_vmm::GuestCpu::Host),
+        cpu.kernel_path(level)
+    );
     if missing.is_empty() {
-        return Check::new("cpu", Status::Ok, present.join(" "), None);
+        return Check::new("cpu", Status::Ok, format!("{}; {paths}", present.join(" ")), None);
     }
     let fix = "use a CPU with AVX-512 VNNI/BF16 (Intel Sapphire Rapids or later, AMD Zen 4 or later); inside a VM, pass the host CPU model through (`-cpu host`, libvirt `host-passthrough`)".to_string();
     let speed = if cpu.avx2 && cpu.fma {
@@ -185,7 +192,12 @@ fn cpu(cpu: &CpuFeatures) -> Check {
     } else {
         "the engine uses scalar kernels (much slower)"
     };
-    Check::new("cpu", Status::Warn, format!("missing {}: {speed}", missing.join(" ")), Some(fix))
+    Check::new(
+        "cpu",
+        Status::Warn,
+        format!("missing {}: {speed}; {paths}", missing.join(" ")),
+        Some(fix),
+    )
 }
 
 /// The lines of /proc/meminfo we use, in bytes.
@@ -266,7 +278,7 @@ fn hugepages(inputs: &Inputs<'_>, meminfo: &MemInfo) -> Check {
         }
     };
     let page = size.bytes().unwrap_or(1);
-    let needed = hugepages::pages_for(budget.guest_bytes(), size);
+    let needed = hugepages::pages_for(budget.guest_bytes_for(size), size);
     let have = pool.available();
     if have >= needed {
         return Check::new(

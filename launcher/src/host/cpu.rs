@@ -60,6 +60,22 @@ impl CpuFeatures {
         ]
     }
 
+    /// The kore-engine kernel path this CPU runs when it is presented as
+    /// `level` (the same rule as `kore_engine::simd::best`): `avx512vnni`,
+    /// `avx512`, `avx2` or `generic`. `GuestCpu::Host` is also the native path.
+    pub fn kernel_path(&self, level: kore_vmm::GuestCpu) -> &'static str {
+        use kore_vmm::GuestCpu;
+        let avx2 = self.avx2 && self.fma && level != GuestCpu::X86_64V2;
+        let avx512 =
+            avx2 && self.avx512f && self.avx512bw && self.avx512vl && level == GuestCpu::Host;
+        match () {
+            _ if avx512 && self.avx512vnni && self.avx512vbmi => "avx512vnni",
+            _ if avx512 => "avx512",
+            _ if avx2 => "avx2",
+            _ => "generic",
+        }
+    }
+
     /// Names of the missing features.
     pub fn missing(&self) -> Vec<&'static str> {
         self.list().iter().filter(|(_, present)| !present).map(|(name, _)| *name).collect()

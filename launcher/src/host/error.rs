@@ -163,6 +163,14 @@ pub enum HostError {
         /// Why.
         reason: String,
     },
+    /// A host command `setup` runs failed.
+    #[error("`{command}` failed: {detail}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// Its exit status or why it could not start.
+        detail: String,
+    },
     /// Writing the report failed.
     #[error("cannot write the report: {0}")]
     Output(#[from] std::io::Error),

@@ -28,7 +28,11 @@ pub fn prepare(changes: &mut Changes<'_>, plan: &Plan) -> Result<(), HostError> 
     for line in plan.budget.lines() {
         changes.note(&format!("  {line}"))?;
     }
-    hugepages::reserve(changes, plan.hugepage_size, plan.budget.guest_bytes())?;
+    hugepages::reserve(
+        changes,
+        plan.hugepage_size,
+        plan.budget.guest_bytes_for(plan.hugepage_size),
+    )?;
     let mut predicted = None;
     let vf = match &plan.gpu {
         Some(gpu) => {

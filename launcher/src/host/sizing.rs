@@ -1,29 +1,45 @@
 //! How much guest memory the appliance needs for a pack and a context
-//! length. The formula (documented in docs/host-setup.md):
+//! length: the one sizing used by `setup`, `doctor` and the boot. The formula
+//! (documented in docs/host-setup.md):
 //!
 //! ```text
 //! total = weights + kv_cache + recurrent_state + heap + kernel
-//! weights         = size of every file in the pack directory (preloaded into guest RAM)
-//! kv_cache        = context x (full-attention layers + MTP layers) x 2 (K and V)
-//!                   x kv_heads x head_dim x 2 bytes (bf16/f16 cache)
+//! weights         = the pack files the VMM preloads (pack.toml, weights.safetensors,
+//!                   tokenizer.json), each rounded up to 2 MiB as the VMM places them
+//!                   (for a Hugging Face directory: its files)
+//! kv_cache        = 2 (growth headroom) x context x (full-attention layers + MTP layers)
+//!                   x 2 (K and V) x kv_heads x head_dim x 4 bytes (the engine's f32 cache)
 //! recurrent_state = linear-attention layers x ( v_heads x k_dim x v_dim x 4 bytes (f32 state)
 //!                   + (conv_kernel - 1) x (2 x k_heads x k_dim + v_heads x v_dim) x 4 bytes )
 //! heap            = 256 MiB (activations, logits, tokenizer, I/O buffers)
 //! kernel          = 64 MiB (Kore kernel, appliance image, page tables, virtio rings)
 //! ```
 //!
+//! The VMM gets `kv_cache + recurrent_state + heap + kernel` as the guest's own
+//! memory (or the `memory` setting) and places the weights beside it;
+//! [`Budget::guest_bytes_for`] is exactly the RAM it then allocates
+//! (`kore_vmm::memory::RamPlan`), so the pages `setup` reserves and `doctor`
+//! counts are the pages the boot asks for.
+//!
 //! The model shape is read from the pack's `pack.toml` or a Hugging Face
 //! `config.json` (Qwen3.5 key names, the `text_config` table first). The
 //! context is capped at the model's `max_position_embeddings`.
 
+use super::hugepages::HugepageSize;
 use super::HostError;
+use kore_vmm::memory::RamPlan;
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
-/// Bytes per KV-cache element (the engine keeps the cache in bf16/f16).
-pub const KV_BYTES: u64 = 2;
+/// Bytes per KV-cache element: the guest engine keeps its cache in f32
+/// (`kore_engine::state::KvPrecision::F32`, the default; f16 only natively with `KORE_KV`).
+pub const KV_BYTES: u64 = 4;
+/// The KV cache grows by doubling (`Vec`), so it may hold up to twice what it uses.
+pub const KV_GROWTH: u64 = 2;
+/// The pack files the VMM preloads (`appliance::vm::PACK_FILES`).
+pub const PRELOADED: [&str; 3] = ["pack.toml", "weights.safetensors", "tokenizer.json"];
 /// Bytes per recurrent-state element (f32).
 pub const STATE_BYTES: u64 = 4;
 /// Heap for activations, logits, tokenizer and I/O buffers.
@@ -59,7 +75,7 @@ pub struct ModelShape {
 }
 
 impl ModelShape {
-    /// KV-cache bytes per token of context.
+    /// KV-cache bytes per token of context (without growth headroom).
     pub fn kv_bytes_per_token(&self) -> u64 {
         (self.full_layers + self.mtp_layers) * 2 * self.kv_heads * self.head_dim * KV_BYTES
     }
@@ -95,7 +111,7 @@ pub struct Budget {
     pub shape: Option<ModelShape>,
     /// Remarks about the computation (capped context, missing shape).
     pub notes: Vec<String>,
-    /// Guest memory set explicitly (`memory` in the config), if any.
+    /// The guest's own memory set explicitly (`memory` in the config), if any.
     pub requested: Option<u64>,
 }
 
@@ -105,21 +121,38 @@ impl Budget {
         self.weights + self.kv_cache + self.recurrent_state + self.heap + self.kernel
     }
 
-    /// The guest memory to reserve: the explicit `memory` setting if any, else [`Budget::total`].
-    pub fn guest_bytes(&self) -> u64 {
-        self.requested.unwrap_or_else(|| self.total())
+    /// The guest's own memory (everything but the preloaded pack): what the
+    /// VMM is given as its `memory`, the explicit `memory` setting if any.
+    pub fn own_memory(&self) -> u64 {
+        self.requested
+            .unwrap_or_else(|| self.kv_cache + self.recurrent_state + self.heap + self.kernel)
     }
 
-    /// Uses an explicit guest memory size instead of the computed total.
+    /// Guest RAM the VMM allocates on pages of `size` (the guest's own memory
+    /// and the preloaded pack, laid out by `kore_vmm::memory::RamPlan`).
+    pub fn guest_bytes_for(&self, size: HugepageSize) -> u64 {
+        let page = size.bytes().unwrap_or(4096);
+        match RamPlan::new(self.own_memory(), self.weights, page) {
+            Ok(plan) => plan.total(),
+            // Sizes the VMM refuses (it says why at boot): the plain sum.
+            Err(_) => (self.own_memory() + self.weights).div_ceil(page) * page,
+        }
+    }
+
+    /// [`Budget::guest_bytes_for`] on 2 MiB pages.
+    pub fn guest_bytes(&self) -> u64 {
+        self.guest_bytes_for(HugepageSize::M2)
+    }
+
+    /// Uses an explicit size for the guest's own memory (besides the pack).
     pub fn with_memory(mut self, memory: Option<u64>) -> Budget {
-        if let Some(bytes) = memory {
-            if bytes < self.total() {
-                self.notes.push(format!(
-                    "memory = {} is below the {} this pack and context need: the appliance may run out of memory",
-                    mib(bytes),
-                    mib(self.total())
-                ));
-            }
+        let own = self.kv_cache + self.recurrent_state + self.heap + self.kernel;
+        if let Some(bytes) = memory.filter(|&b| b < own) {
+            self.notes.push(format!(
+                "memory = {} is below the {} this pack and context need besides the weights: the appliance may run out of memory",
+                mib(bytes),
+                mib(own)
+            ));
         }
         self.requested = memory;
         self
@@ -131,7 +164,7 @@ impl Budget {
         if !pack.is_dir() {
             return Err(err("not a directory".to_string()));
         }
-        let weights = dir_bytes(pack).map_err(|e| err(e.to_string()))?;
+        let weights = preloaded_bytes(pack).map_err(|e| err(e.to_string()))?;
         let mut notes = Vec::new();
         let shape = read_shape(pack).map_err(err)?;
         let mut context = context;
@@ -143,7 +176,7 @@ impl Budget {
                     ));
                     context = max;
                 }
-                (context * shape.kv_bytes_per_token(), shape.recurrent_bytes())
+                (KV_GROWTH * context * shape.kv_bytes_per_token(), shape.recurrent_bytes())
             }
             None => {
                 notes.push(
@@ -176,7 +209,7 @@ impl Budget {
                 self.pack.display()
             ),
             format!(
-                "KV cache         {:>10}  ({} tokens of context)",
+                "KV cache         {:>10}  ({} tokens of context, f32, room to double)",
                 mib(self.kv_cache),
                 self.context
             ),
@@ -184,9 +217,16 @@ impl Budget {
             format!("heap             {:>10}", mib(self.heap)),
             format!("kernel           {:>10}", mib(self.kernel)),
             format!("total            {:>10}", mib(self.total())),
+            format!(
+                "guest RAM        {:>10}  (as the VMM lays it out on 2 MiB pages)",
+                mib(self.guest_bytes())
+            ),
         ];
         if let Some(bytes) = self.requested {
-            lines.push(format!("guest memory     {:>10}  (set by `memory`)", mib(bytes)));
+            lines.push(format!(
+                "guest memory     {:>10}  (besides the weights; set by `memory`)",
+                mib(bytes)
+            ));
         }
         lines.extend(self.notes.iter().map(|n| format!("note: {n}")));
         lines
@@ -196,6 +236,19 @@ impl Budget {
 /// Formats bytes as MiB, rounded up.
 pub fn mib(bytes: u64) -> String {
     format!("{} MiB", bytes.div_ceil(MIB))
+}
+
+/// The bytes the VMM preloads for the pack at `dir`: each of [`PRELOADED`]
+/// rounded up to 2 MiB, as it places them. A Hugging Face directory (no
+/// `pack.toml`) is imported to a pack of the same dtypes first: its files.
+fn preloaded_bytes(dir: &Path) -> std::io::Result<u64> {
+    if !dir.join("pack.toml").is_file() {
+        return dir_bytes(dir);
+    }
+    let huge = 2 * MIB;
+    // A missing file is the boot's error to report (it names the file); size what is there.
+    let present = PRELOADED.iter().filter_map(|name| fs::metadata(dir.join(name)).ok());
+    Ok(present.map(|m| m.len().max(1).div_ceil(huge) * huge).sum())
 }
 
 /// Total size of the regular files under `dir` (hidden entries skipped, links followed).

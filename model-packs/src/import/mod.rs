@@ -1,7 +1,8 @@
 //! `pack import`: a Hugging Face directory (bf16/f16/f32, or ModelOpt NVFP4)
 //! becomes a pack.
 //!
-//! Unquantized matrices (embeddings, kept Linears) are stored as BF16; norms,
+//! Unquantized matrices (embeddings, kept Linears) are stored as BF16 (with
+//! [`QuantMode::Keep`]: in the checkpoint's own dtype); norms,
 //! conv1d, A_log and dt_bias as F32. Chosen Linear families are quantized to
 //! NVFP4 with [`crate::nvfp4`]; a ModelOpt checkpoint's NVFP4 tensors are copied
 //! byte for byte and nothing else of it is quantized.
@@ -28,6 +29,10 @@ pub enum QuantMode {
     Nvfp4,
     /// No quantization (BF16).
     Bf16,
+    /// No quantization and no conversion: matrices keep the checkpoint's
+    /// dtype (F32, BF16 or F16; F64 becomes F32), so the pack computes
+    /// exactly what the checkpoint does.
+    Keep,
 }
 
 /// Options of [`import`].
@@ -147,6 +152,12 @@ fn plan<'a>(
     }
     let src = plain_source(ck, e, used)?;
     let out = match e.kind {
+        TensorKind::Linear(_) | TensorKind::Embedding if opts.quant == QuantMode::Keep => {
+            match src.dtype {
+                Dtype::F32 | Dtype::BF16 | Dtype::F16 => src.dtype,
+                _ => Dtype::F32,
+            }
+        }
         TensorKind::Linear(_) | TensorKind::Embedding => Dtype::BF16,
         TensorKind::Norm | TensorKind::Conv | TensorKind::Param => Dtype::F32,
     };

@@ -72,7 +72,7 @@ pub const BOOT_INFO_MAGIC: u64 = u64::from_le_bytes(*b"KOREBOOT");
 
 /// The boot ABI version this crate describes. Bumped on any incompatible
 /// change of the layout, [`BootInfo`] or the entry contract.
-pub const BOOT_ABI_VERSION: u32 = 1;
+pub const BOOT_ABI_VERSION: u32 = 2;
 
 /// Maximum number of memory-map entries in [`BootInfo`].
 pub const MAX_MEM_REGIONS: usize = 32;
@@ -243,6 +243,11 @@ pub struct BootInfo {
     pub user_image: ImageInfo,
     /// Guest-physical address of the PML4 (also in CR3 at entry).
     pub pml4: u64,
+    /// The XCR0 the VMM set (the guest CPU level's SIMD state; 0 = not stated).
+    /// Ring 3 caps its SIMD feature detection to it: on nested hosts of the
+    /// PVM kind ring 3's CPUID and XGETBV report the host's features whatever
+    /// the VMM set, so this is how the guest learns the CPU it was given.
+    pub xcr0: u64,
     /// Number of valid entries in `mem_map`.
     pub mem_map_len: u32,
     /// Number of valid entries in `files`.
@@ -331,6 +336,7 @@ impl BootInfo {
             kernel: ImageInfo { start: 0, end: 0, entry: 0 },
             user_image: ImageInfo { start: 0, end: 0, entry: 0 },
             pml4: layout::PML4,
+            xcr0: 0,
             mem_map_len: 0,
             files_len: 0,
             devices_len: 0,
@@ -482,6 +488,7 @@ impl BootInfo {
             w.u64(img.entry);
         }
         w.u64(self.pml4);
+        w.u64(self.xcr0);
         w.u32(self.mem_map_len);
         w.u32(self.files_len);
         w.u32(self.devices_len);

@@ -7,7 +7,7 @@ use core::mem::{offset_of, size_of};
 fn no_padding_and_serialisation_matches_layout() {
     // Sum of field sizes equals the struct size: no implicit padding, so
     // to_bytes() is exactly the in-memory representation.
-    let fields = 8 + 4 * 3 + 2 * 4 + 4 + 8 + 8 + 2 * 24 + 8 + 4 * 4;
+    let fields = 8 + 4 * 3 + 2 * 4 + 4 + 8 + 8 + 2 * 24 + 8 + 8 + 4 * 4;
     let arrays = MAX_MEM_REGIONS * size_of::<MemRegion>()
         + MAX_FILES * size_of::<PreloadedFile>()
         + MAX_DEVICES * size_of::<Device>()
@@ -22,6 +22,7 @@ fn no_padding_and_serialisation_matches_layout() {
     info.vcpu_count = 3;
     info.tsc_khz = 2_596_000;
     info.ap_entry = 0x1122_3344_5566_7788;
+    info.xcr0 = 0x7;
     info.push_file(b"weights.safetensors", layout::PACK_BASE, 12345).unwrap();
     info.set_cmdline(b"hello").unwrap();
     let mut bytes = [0u8; size_of::<BootInfo>()];
@@ -31,6 +32,7 @@ fn no_padding_and_serialisation_matches_layout() {
     assert_eq!(at(offset_of!(BootInfo, vcpu_count), 4), &3u32.to_le_bytes());
     assert_eq!(at(offset_of!(BootInfo, tsc_khz), 8), &2_596_000u64.to_le_bytes());
     assert_eq!(at(BootInfo::AP_ENTRY_OFFSET, 8), &0x1122_3344_5566_7788u64.to_le_bytes());
+    assert_eq!(at(offset_of!(BootInfo, xcr0), 8), &0x7u64.to_le_bytes());
     assert_eq!(at(offset_of!(BootInfo, files_len), 4), &1u32.to_le_bytes());
     let f0 = offset_of!(BootInfo, files);
     assert_eq!(at(f0, 8), &layout::PACK_BASE.to_le_bytes());

@@ -5,7 +5,7 @@
 //! twin); `tests/kernels_agree.rs` checks every path against it. [`attn`]:
 //! the attention kernels (scores, weighted value sums, exp) on the same paths.
 
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 pub mod attn;
 #[cfg(target_arch = "x86_64")]
@@ -115,6 +115,8 @@ pub struct Features {
 static FEATURES: AtomicU8 = AtomicU8::new(0);
 /// 0 = not read yet; `AUTO`; else a forced `Path::code`.
 static FORCED: AtomicU8 = AtomicU8::new(0);
+/// XCR0 bits detection may count (see [`limit_xcr0`]); all by default.
+static XCR0_LIMIT: AtomicU64 = AtomicU64::new(u64::MAX);
 const AUTO: u8 = 255;
 
 /// The detected features (CPUID runs once; later calls read the cache).
@@ -145,7 +147,7 @@ fn detect() -> Features {
         return Features::default();
     }
     // SAFETY: OSXSAVE is set, so XGETBV is enabled.
-    let xcr0 = unsafe { xgetbv0() };
+    let xcr0 = unsafe { xgetbv0() } & XCR0_LIMIT.load(Ordering::Relaxed);
     let ymm = xcr0 & 0x6 == 0x6;
     let zmm = ymm && xcr0 & 0xe0 == 0xe0;
     let fma = l1.ecx & (1 << 12) != 0;
@@ -178,6 +180,21 @@ unsafe fn xgetbv0() -> u64 {
             options(nomem, nostack, preserves_flags));
     }
     (u64::from(hi) << 32) | u64::from(lo)
+}
+
+/// Counts only the register state in `xcr0` from now on (and detects the
+/// features again): for a guest whose VMM says which XCR0 it set, on hosts
+/// where ring 3's XGETBV reports the host's XCR0 instead (nested hypervisors
+/// of the PVM kind). Without YMM state only [`Path::Generic`] remains,
+/// without opmask/ZMM state nothing above [`Path::Avx2`]. A path forced
+/// earlier is dropped if it is no longer supported.
+pub fn limit_xcr0(xcr0: u64) {
+    XCR0_LIMIT.store(xcr0, Ordering::Relaxed);
+    FEATURES.store(0, Ordering::Relaxed);
+    let forced = Path::from_code(FORCED.load(Ordering::Relaxed));
+    if forced.is_some_and(|p| !p.supported()) {
+        FORCED.store(AUTO, Ordering::Relaxed);
+    }
 }
 
 /// The fastest path this CPU supports.

@@ -1,0 +1,106 @@
+//! An ordinary user runs the appliance: a system user in group `kvm` (created here; the
+//! test runs as root, as scripts/test.sh and CI do) runs `generate` in the Kore VM, then
+//! `up`, `status`, `generate` (attached) and `down`, with its runtime directory under its
+//! own `$XDG_RUNTIME_DIR`. Nothing of it needs root: /dev/kvm through the group, guest RAM
+//! through a hugetlb memfd (or ordinary pages), sockets and pid files in its own directory.
+//!
+//! Needs root (to create the user), /dev/kvm and the guest images.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const USER: &str = "kore-test-user";
+
+fn root_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+/// Creates the test user (once) in group kvm and returns its uid.
+fn test_user() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test creates a user: run it as root");
+    assert!(Path::new("/dev/kvm").exists(), "this test boots VMs: /dev/kvm is missing");
+    let exists = run(Command::new("id").arg("-u").arg(USER)).status.success();
+    if !exists {
+        let out = run(Command::new("useradd").args([
+            "--system",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            "--groups",
+            "kvm",
+            USER,
+        ]));
+        assert!(out.status.success(), "useradd: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = run(Command::new("id").arg("-u").arg(USER));
+    String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
+}
+
+/// `kore-launch ARGS` as the test user, with `xdg` as its XDG_RUNTIME_DIR.
+fn kore_as_user(args: &[&str], xdg: &Path) -> Output {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid", USER, "--regid", USER, "--init-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_kore-launch"))
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", xdg)
+        .env("XDG_RUNTIME_DIR", xdg)
+        .env("XDG_CONFIG_HOME", xdg.join("config"))
+        .current_dir(xdg);
+    for key in ["KORE_GUEST_KERNEL", "KORE_GUEST_IMAGE"] {
+        if let Ok(v) = std::env::var(key) {
+            cmd.env(key, v);
+        }
+    }
+    run(&mut cmd)
+}
+
+fn ok_json(out: &Output, what: &str) -> Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what} as {USER} failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_user_in_group_kvm_runs_generate_and_up_status_down() {
+    let uid = test_user();
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path().join("xdg");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let status = run(Command::new("chown").arg(uid.to_string()).arg(&xdg)).status;
+    assert!(status.success());
+    let pack = root_dir().join("model-packs/tiny");
+    let pack = pack.to_str().unwrap();
+    let gen = ["generate", "--model", pack, "--prompt", "ROMEO:", "--max-tokens", "8", "--json"];
+
+    let first = ok_json(&kore_as_user(&gen, &xdg), "generate");
+    assert_eq!(first["token_ids"].as_array().map(Vec::len), Some(8), "{first}");
+
+    ok_json(&kore_as_user(&["up", "--model", pack], &xdg), "up");
+    let status = ok_json(&kore_as_user(&["status", "--json"], &xdg), "status");
+    assert_eq!(status["running"], true, "{status}");
+    let attached = ok_json(&kore_as_user(&gen, &xdg), "generate (attached)");
+    assert_eq!(attached["token_ids"], first["token_ids"]);
+    ok_json(&kore_as_user(&["down"], &xdg), "down");
+    // Its runtime directory is its own, under XDG_RUNTIME_DIR, and left clean.
+    let rt = xdg.join("kore");
+    assert!(rt.is_dir(), "runtime directory {} not used", rt.display());
+    let left: Vec<_> = std::fs::read_dir(&rt).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(
+        left.iter().all(|n| n.to_string_lossy().ends_with(".log")),
+        "left behind in {}: {left:?}",
+        rt.display()
+    );
+}
