@@ -155,12 +155,17 @@ async fn info(s: &Arc<AppState>) -> Option<Value> {
     tokio::time::timeout(INFO_WAIT, ask).await.ok()?.ok()?
 }
 
-/// `GET /health`: 200 when the appliance answers, else 503.
+/// `GET /health`: 200 with the model, where it runs and its queue when the
+/// appliance answers, else 503.
 pub async fn health(State(s): Shared) -> Response {
     match info(&s).await {
-        Some(i) => Json(
-            json!({"status": "ok", "model": s.model, "queued": i["queued"], "busy": i["busy"]}),
-        )
+        Some(i) => Json(json!({
+            "status": "ok",
+            "model": s.model,
+            "placement": s.placement,
+            "queued": i["queued"],
+            "busy": i["busy"],
+        }))
         .into_response(),
         None => ApiError::unavailable("the appliance does not answer").into_response(),
     }

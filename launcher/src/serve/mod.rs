@@ -44,6 +44,8 @@ pub struct AppState {
     pub model: String,
     /// Its context limit in tokens.
     pub context_limit: u64,
+    /// Where the engine runs (`native`, `vm`, `attached`).
+    pub placement: &'static str,
     /// When the server started (Unix seconds).
     pub created: u64,
     /// The Bearer key the API requires, if any.
@@ -62,6 +64,7 @@ impl AppState {
         let model = info["model"].as_str().unwrap_or("kore").to_string();
         let context_limit = info["context_limit"].as_u64().unwrap_or(0);
         Ok(AppState {
+            placement: appliance.placement(),
             appliance: Mutex::new(appliance),
             model,
             context_limit,

@@ -151,6 +151,7 @@ async fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     let (status, health) =
         call_json(&app, Request::get("/health").body(Body::empty()).unwrap()).await;
     assert_eq!((status, health["status"].as_str()), (StatusCode::OK, Some("ok")));
+    assert_eq!(health["placement"], "native");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
