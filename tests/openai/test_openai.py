@@ -147,3 +147,14 @@ def test_disconnect_mid_stream_cancels(server, client, model):
         assert time.time() < deadline, "the generation was not cancelled"
         time.sleep(0.1)
     assert server.metric("kore_requests_in_flight") == 0
+
+
+def test_disconnect_while_waiting_for_a_whole_answer_cancels(server, client, model):
+    before = server.metric('kore_generations_total{finish="cancelled"}')
+    with pytest.raises(openai.APITimeoutError):
+        client.with_options(timeout=1.0).completions.create(model=model, prompt="JULIET:",
+                                                            max_tokens=3000, temperature=0)
+    deadline = time.time() + 30
+    while server.metric('kore_generations_total{finish="cancelled"}') <= before:
+        assert time.time() < deadline, "the generation was not cancelled"
+        time.sleep(0.1)

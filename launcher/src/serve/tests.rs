@@ -198,3 +198,28 @@ async fn a_dropped_stream_cancels_its_generation() {
     assert!(metrics.contains("kore_generations_total{finish=\"cancelled\"} 1"), "{metrics}");
     assert!(metrics.contains("kore_requests_in_flight 0"), "{metrics}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_answers_503_overloaded() {
+    let app = router(state(None));
+    // One running plus the service's 64 waiting fill it; the rest are refused.
+    let body = json!({"model": "tiny-hf", "prompt": "JULIET:", "max_tokens": 4000, "stream": true});
+    let calls = (0..70).map(|_| app.clone().oneshot(post("/v1/completions", body.clone())));
+    let responses = futures_util::future::join_all(calls).await;
+    let (refused, held): (Vec<_>, Vec<_>) = responses
+        .into_iter()
+        .map(Result::unwrap)
+        .partition(|r| r.status() == StatusCode::SERVICE_UNAVAILABLE);
+    assert!(held.iter().all(|r| r.status() == StatusCode::OK));
+    assert!(
+        held.len() >= 65 && !refused.is_empty(),
+        "{} held, {} refused",
+        held.len(),
+        refused.len()
+    );
+    let res = refused.into_iter().next().unwrap();
+    assert_eq!(res.headers()["retry-after"], "1");
+    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(body["error"]["code"], "overloaded");
+}
