@@ -1,6 +1,7 @@
 """The OpenAI Python client against `kore-launch serve`, natively and in the guest."""
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -8,7 +9,7 @@ import time
 import openai
 import pytest
 
-from conftest import BIN, PACK
+from conftest import BIN, PACK, start_server, stop_server
 
 USER = [{"role": "user", "content": "Tell me about the king."}]
 NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
@@ -158,3 +159,25 @@ def test_disconnect_while_waiting_for_a_whole_answer_cancels(server, client, mod
     while server.metric('kore_generations_total{finish="cancelled"}') <= before:
         assert time.time() < deadline, "the generation was not cancelled"
         time.sleep(0.1)
+
+
+def test_non_loopback_host_requires_an_api_key():
+    env = dict(os.environ)
+    env.pop("KORE_API_KEY", None)
+    r = subprocess.run([BIN, "serve", "--native", "--model", PACK, "--host", "0.0.0.0", "--port", "0"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode != 0 and "--api-key" in r.stderr, r.stderr
+    helptext = subprocess.run([BIN, "serve", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "requires --api-key" in helptext
+
+
+def test_api_key_is_checked_by_bearer():
+    keyed = start_server("native", extra=("--api-key", "s3cret"))
+    try:
+        wrong = openai.OpenAI(base_url=keyed.url + "/v1", api_key="nope", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.models.list()
+        right = openai.OpenAI(base_url=keyed.url + "/v1", api_key="s3cret", max_retries=0)
+        assert [m.id for m in right.models.list().data] == ["tiny"]
+    finally:
+        stop_server(keyed)
