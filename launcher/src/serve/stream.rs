@@ -195,3 +195,59 @@ impl Chunks {
 fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"error\":{{\"message\":\"{e}\"}}}}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn chunks(kind: Kind, include_usage: bool) -> Chunks {
+        let env = Envelope { id: "x-1".into(), created: 1, model: "m".into() };
+        Chunks::new(Plan { env, kind, include_usage })
+    }
+
+    fn parse(data: &[String]) -> Vec<Value> {
+        data.iter().filter(|d| *d != "[DONE]").map(|d| serde_json::from_str(d).unwrap()).collect()
+    }
+
+    #[test]
+    fn chat_chunks_start_with_the_role_and_split_thinking_from_answer() {
+        let mut c = chunks(Kind::Chat, true);
+        let delta =
+            |text: &str, phase| Update::Delta(Delta { id: json!(1), text: text.into(), phase });
+        let first = parse(&c.on_update(Some(delta("hmm", Phase::Thinking))));
+        assert_eq!(first[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+        assert_eq!(first[1]["choices"][0]["delta"], json!({"reasoning_content": "hmm"}));
+        let next = parse(&c.on_update(Some(delta("Hi", Phase::Answer))));
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0]["choices"][0]["delta"], json!({"content": "Hi"}));
+        let done = Done {
+            id: json!(1),
+            finish: "stop".into(),
+            token_ids: vec![1, 2],
+            text: "Hi".into(),
+            thinking: Some("hmm".into()),
+            stats: json!({"prompt_tokens": 3, "generated_tokens": 2}),
+        };
+        let end = c.on_update(Some(Update::Done(done)));
+        assert_eq!(end.last().map(String::as_str), Some("[DONE]"));
+        let end = parse(&end);
+        assert_eq!(end[0]["choices"][0]["finish_reason"], "stop");
+        assert_eq!(end[1]["choices"], json!([]));
+        assert_eq!(end[1]["usage"]["total_tokens"], 5);
+        assert!(c.ended);
+    }
+
+    #[test]
+    fn a_failure_mid_stream_is_an_error_event_then_done() {
+        let mut c = chunks(Kind::Completion, false);
+        let delta = Update::Delta(Delta { id: json!(1), text: "a".into(), phase: Phase::Answer });
+        assert_eq!(parse(&c.on_update(Some(delta)))[0]["choices"][0]["text"], "a");
+        let out = c.on_update(Some(Update::Failed(ApiError::unavailable("gone"))));
+        assert_eq!(out.len(), 2);
+        assert_eq!(parse(&out)[0]["error"]["message"], "gone");
+        assert_eq!(out[1], "[DONE]");
+        let mut lost = chunks(Kind::Completion, false);
+        assert_eq!(parse(&lost.on_update(None))[0]["error"]["code"], "unavailable");
+    }
+}
