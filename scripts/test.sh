@@ -26,3 +26,7 @@ fi
 bash scripts/tokenizer/make_qwen_tokenizer.sh
 
 cargo test --workspace --release --locked
+
+# `kore-launch serve` with the official OpenAI client (native and guest) and the web chat in
+# headless Chromium, on the default pack; bounded in time (screenshot in target/test-output/openai).
+timeout 900 python3 -m pytest -q -p no:cacheprovider tests/openai

@@ -48,6 +48,8 @@ pub enum Command {
     /// The background appliance's process (started by `up`).
     #[command(hide = true)]
     Daemon(DaemonArgs),
+    /// Serve the OpenAI HTTP API and a web chat (loopback; other hosts need --api-key).
+    Serve(ServeArgs),
     /// Prepare the host (hugepages, SR-IOV VF for VFIO).
     Setup(SetupArgs),
     /// Check the host and say how to fix each problem.
@@ -288,6 +290,29 @@ pub struct UpArgs {
     /// Directory of the pidfile and socket (default: KORE_RUNTIME_DIR, config runtime_dir, $XDG_RUNTIME_DIR/kore or /tmp/kore-$UID).
     #[arg(long)]
     pub runtime_dir: Option<PathBuf>,
+}
+
+/// Arguments of `serve`.
+#[derive(Debug, Args)]
+#[command(after_help = "Security: the server listens on 127.0.0.1 by default. Any other --host \
+(e.g. 0.0.0.0) requires --api-key; clients then send `Authorization: Bearer KEY`. \
+Point an OpenAI client at http://HOST:PORT/v1; the web chat is at http://HOST:PORT/.")]
+pub struct ServeArgs {
+    /// Run the engine in-process on the host instead of in the guest.
+    #[arg(long)]
+    pub native: bool,
+    /// Pack directory or Hugging Face model directory (default: model-packs/tiny).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Address to listen on; anything but loopback requires --api-key.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// TCP port (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Key the API requires as `Authorization: Bearer KEY` (required off loopback).
+    #[arg(long, env = "KORE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
 }
 
 /// Arguments of `down`.

@@ -10,6 +10,7 @@ mod config;
 mod error;
 mod host;
 mod model;
+mod serve;
 mod term;
 
 use clap::Parser;

@@ -9,6 +9,7 @@ mod doctor;
 mod down;
 mod generate;
 pub(crate) mod pack;
+mod serve;
 mod session;
 mod session_appliance;
 mod session_fake;
@@ -34,6 +35,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Command::Down(args)) => down::run(args),
         Some(Command::Status(args)) => status::run(args),
         Some(Command::Daemon(args)) => daemon::run(args),
+        Some(Command::Serve(args)) => serve::run(args),
         Some(Command::Setup(args)) => setup::run(&args),
         Some(Command::Doctor(flag)) => doctor::run(flag),
         Some(Command::Completions { shell }) => completions::run(shell),

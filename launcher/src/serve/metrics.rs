@@ -1,0 +1,232 @@
+//! Counters of the HTTP server and their Prometheus text exposition
+//! (`GET /metrics`): HTTP requests by path and status, generations by how
+//! they ended, prompt and generated tokens, the last request's speeds, the
+//! requests in flight here and the appliance's own queue.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::client::Done;
+
+/// The server's counters (shared by all handlers and relay threads).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    http: Mutex<BTreeMap<(String, u16), u64>>,
+    finished: Mutex<BTreeMap<String, u64>>,
+    prompt_tokens: AtomicU64,
+    generated_tokens: AtomicU64,
+    in_flight: AtomicI64,
+    last: Mutex<(f64, f64, f64)>,
+}
+
+/// Decrements the in-flight gauge when dropped.
+#[derive(Debug)]
+pub struct InFlight(Arc<Metrics>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Metrics {
+    /// Counts one HTTP answer.
+    pub fn record_http(&self, path: &str, status: u16) {
+        let mut m = self.http.lock().unwrap_or_else(|p| p.into_inner());
+        *m.entry((path.to_string(), status)).or_default() += 1;
+    }
+
+    /// Counts a generation's end and its tokens and speeds.
+    pub fn record_done(&self, done: &Done) {
+        let n = |k: &str| done.stats.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let f = |k: &str| done.stats.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        self.prompt_tokens.fetch_add(n("prompt_tokens"), Ordering::Relaxed);
+        self.generated_tokens.fetch_add(done.token_ids.len() as u64, Ordering::Relaxed);
+        *self
+            .finished
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(done.finish.clone())
+            .or_default() += 1;
+        if done.finish != "cancelled" {
+            *self.last.lock().unwrap_or_else(|p| p.into_inner()) =
+                (f("prefill_tok_per_s"), f("decode_tok_per_s"), f("tokens_per_step"));
+        }
+    }
+
+    /// Marks a generation in flight until the guard drops.
+    pub fn start(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.clone())
+    }
+
+    /// Generations that ended with `finish` so far.
+    #[cfg(test)]
+    pub fn finished(&self, finish: &str) -> u64 {
+        self.finished.lock().unwrap_or_else(|p| p.into_inner()).get(finish).copied().unwrap_or(0)
+    }
+
+    /// The Prometheus text; `info` is the appliance's `info` object (or
+    /// `None` when it did not answer).
+    pub fn render(&self, info: Option<&Value>) -> String {
+        let mut text = String::new();
+        metric(
+            &mut text,
+            "kore_http_requests_total",
+            "counter",
+            "HTTP requests answered, by path and status.",
+            None,
+        );
+        for ((path, status), n) in self.http.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(
+                text,
+                "kore_http_requests_total{{path=\"{path}\",status=\"{status}\"}} {n}"
+            );
+        }
+        metric(
+            &mut text,
+            "kore_generations_total",
+            "counter",
+            "Generations ended, by finish (stop, length, cancelled).",
+            None,
+        );
+        for (finish, n) in self.finished.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(text, "kore_generations_total{{finish=\"{finish}\"}} {n}");
+        }
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        metric(
+            &mut text,
+            "kore_prompt_tokens_total",
+            "counter",
+            "Prompt tokens processed.",
+            Some(load(&self.prompt_tokens)),
+        );
+        metric(
+            &mut text,
+            "kore_generated_tokens_total",
+            "counter",
+            "Tokens generated.",
+            Some(load(&self.generated_tokens)),
+        );
+        let (prefill, decode, per_step) = *self.last.lock().unwrap_or_else(|p| p.into_inner());
+        metric(
+            &mut text,
+            "kore_last_prefill_tokens_per_second",
+            "gauge",
+            "Prefill speed of the last finished generation.",
+            Some(prefill),
+        );
+        metric(
+            &mut text,
+            "kore_last_decode_tokens_per_second",
+            "gauge",
+            "Decode speed of the last finished generation.",
+            Some(decode),
+        );
+        metric(
+            &mut text,
+            "kore_last_tokens_per_step",
+            "gauge",
+            "Tokens per engine step of the last finished generation.",
+            Some(per_step),
+        );
+        let in_flight = self.in_flight.load(Ordering::Relaxed) as f64;
+        metric(
+            &mut text,
+            "kore_requests_in_flight",
+            "gauge",
+            "Generations this server is relaying now.",
+            Some(in_flight),
+        );
+        let up = info.is_some();
+        metric(
+            &mut text,
+            "kore_appliance_up",
+            "gauge",
+            "Whether the appliance answered info.",
+            Some(f64::from(u8::from(up))),
+        );
+        if let Some(info) = info {
+            let num = |k: &str| info.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            let busy = info.get("busy").and_then(Value::as_bool).unwrap_or(false);
+            metric(
+                &mut text,
+                "kore_queue_depth",
+                "gauge",
+                "Requests waiting in the appliance's queue.",
+                Some(num("queued")),
+            );
+            metric(
+                &mut text,
+                "kore_queue_limit",
+                "gauge",
+                "The appliance's queue limit.",
+                Some(num("queue_limit")),
+            );
+            metric(
+                &mut text,
+                "kore_engine_busy",
+                "gauge",
+                "Whether the engine is generating.",
+                Some(f64::from(u8::from(busy))),
+            );
+            metric(
+                &mut text,
+                "kore_context_limit_tokens",
+                "gauge",
+                "Context limit of the model.",
+                Some(num("context_limit")),
+            );
+        }
+        text
+    }
+}
+
+/// One metric family's header, and its sample when it has no labels.
+fn metric(out: &mut String, name: &str, kind: &str, help: &str, value: Option<f64>) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    if let Some(v) = value {
+        let _ = writeln!(out, "{name} {v}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn renders_counters_and_queue_in_prometheus_text() {
+        let m = Arc::new(Metrics::default());
+        m.record_http("/v1/completions", 200);
+        m.record_http("/v1/completions", 200);
+        let done = Done {
+            id: json!(1),
+            finish: "length".into(),
+            token_ids: vec![1, 2, 3],
+            text: "abc".into(),
+            thinking: None,
+            stats: json!({"prompt_tokens": 4, "decode_tok_per_s": 12.5}),
+        };
+        m.record_done(&done);
+        let _guard = m.start();
+        let text = m.render(Some(&json!({"queued": 2, "busy": true, "queue_limit": 64})));
+        for line in [
+            "kore_http_requests_total{path=\"/v1/completions\",status=\"200\"} 2",
+            "kore_generations_total{finish=\"length\"} 1",
+            "kore_prompt_tokens_total 4",
+            "kore_generated_tokens_total 3",
+            "kore_last_decode_tokens_per_second 12.5",
+            "kore_requests_in_flight 1",
+            "kore_queue_depth 2",
+            "kore_engine_busy 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        assert_eq!(m.finished("length"), 1);
+    }
+}

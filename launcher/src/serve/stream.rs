@@ -1,0 +1,253 @@
+//! Streamed answers: a relay's updates as OpenAI server-sent events
+//! (`chat.completion.chunk` or `text_completion` chunks, an optional usage
+//! chunk, then `data: [DONE]`). Dropping the stream (the client went away)
+//! drops the relay, which cancels the generation.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use serde::Serialize;
+
+use super::error::ApiError;
+use super::mapping::{finish_reason, usage, Envelope};
+use super::metrics::InFlight;
+use super::relay::{Relay, Update};
+use super::wire::{ChunkChoice, ChunkDelta, TextChoice};
+use crate::client::{Delta, Done, Phase};
+
+/// Keep-alive comments while no token flows (also how a vanished client is
+/// noticed while its request waits in the queue).
+const KEEP_ALIVE: Duration = Duration::from_secs(1);
+
+/// Which endpoint's chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `chat.completion.chunk`.
+    Chat,
+    /// `text_completion`.
+    Completion,
+}
+
+/// What a stream sends.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Id, time and model of every chunk.
+    pub env: Envelope,
+    /// The endpoint.
+    pub kind: Kind,
+    /// Send a usage chunk before `[DONE]`.
+    pub include_usage: bool,
+}
+
+/// The SSE response for `relay` (`first`: an update already taken from it).
+pub fn sse(
+    relay: Relay,
+    first: Option<Update>,
+    plan: Plan,
+    in_flight: InFlight,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let state = Streaming {
+        relay,
+        first,
+        chunks: Chunks::new(plan),
+        pending: VecDeque::new(),
+        _in_flight: in_flight,
+    };
+    let events = futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(data) = st.pending.pop_front() {
+                return Some((Ok(Event::default().data(data)), st));
+            }
+            if st.chunks.ended {
+                return None;
+            }
+            let update = match st.first.take() {
+                Some(u) => Some(u),
+                None => st.relay.next().await,
+            };
+            st.pending.extend(st.chunks.on_update(update));
+        }
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+}
+
+struct Streaming {
+    relay: Relay,
+    first: Option<Update>,
+    chunks: Chunks,
+    pending: VecDeque<String>,
+    _in_flight: InFlight,
+}
+
+/// Turns updates into the `data:` payloads of the stream.
+#[derive(Debug)]
+pub struct Chunks {
+    plan: Plan,
+    started: bool,
+    /// Set once `[DONE]` is queued.
+    pub ended: bool,
+}
+
+impl Chunks {
+    /// A stream that has sent nothing yet.
+    pub fn new(plan: Plan) -> Self {
+        Self { plan, started: false, ended: false }
+    }
+
+    /// The payloads for one update (`None`: the relay ended without one).
+    pub fn on_update(&mut self, update: Option<Update>) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.started && self.plan.kind == Kind::Chat {
+            let role = ChunkDelta {
+                role: Some("assistant"),
+                content: Some(String::new()),
+                ..Default::default()
+            };
+            out.push(self.chat_chunk(role, None));
+        }
+        self.started = true;
+        match update {
+            Some(Update::Delta(d)) => out.push(self.delta(&d)),
+            Some(Update::Done(d)) => self.finish(&d, &mut out),
+            Some(Update::Failed(e)) => self.fail(&e, &mut out),
+            None => {
+                self.fail(&ApiError::unavailable("the relay ended without an answer"), &mut out)
+            }
+        }
+        out
+    }
+
+    fn delta(&self, d: &Delta) -> String {
+        match self.plan.kind {
+            Kind::Chat => {
+                let mut delta = ChunkDelta::default();
+                match d.phase {
+                    Phase::Thinking => delta.reasoning_content = Some(d.text.clone()),
+                    Phase::Answer => delta.content = Some(d.text.clone()),
+                }
+                self.chat_chunk(delta, None)
+            }
+            Kind::Completion => self.text_chunk(d.text.clone(), None, None),
+        }
+    }
+
+    fn finish(&mut self, done: &Done, out: &mut Vec<String>) {
+        let reason = Some(finish_reason(&done.finish));
+        let stats = Some(done.stats.clone());
+        out.push(match self.plan.kind {
+            Kind::Chat => {
+                let mut a = self.plan.env.answer(
+                    "chat.completion.chunk",
+                    vec![ChunkChoice {
+                        index: 0,
+                        delta: ChunkDelta::default(),
+                        finish_reason: reason,
+                    }],
+                );
+                a.kore_stats = stats;
+                to_json(&a)
+            }
+            Kind::Completion => self.text_chunk(String::new(), reason, stats),
+        });
+        if self.plan.include_usage {
+            let object = match self.plan.kind {
+                Kind::Chat => "chat.completion.chunk",
+                Kind::Completion => "text_completion",
+            };
+            let mut a = self.plan.env.answer::<ChunkChoice>(object, Vec::new());
+            a.usage = Some(usage(&done.stats));
+            out.push(to_json(&a));
+        }
+        self.end(out);
+    }
+
+    fn fail(&mut self, e: &ApiError, out: &mut Vec<String>) {
+        out.push(to_json(&e.body_json()));
+        self.end(out);
+    }
+
+    fn end(&mut self, out: &mut Vec<String>) {
+        out.push("[DONE]".into());
+        self.ended = true;
+    }
+
+    fn chat_chunk(&self, delta: ChunkDelta, finish: Option<String>) -> String {
+        let choice = ChunkChoice { index: 0, delta, finish_reason: finish };
+        to_json(&self.plan.env.answer("chat.completion.chunk", vec![choice]))
+    }
+
+    fn text_chunk(
+        &self,
+        text: String,
+        finish: Option<String>,
+        stats: Option<serde_json::Value>,
+    ) -> String {
+        let choice = TextChoice { index: 0, text, logprobs: None, finish_reason: finish };
+        let mut a = self.plan.env.answer("text_completion", vec![choice]);
+        a.kore_stats = stats;
+        to_json(&a)
+    }
+}
+
+fn to_json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"error\":{{\"message\":\"{e}\"}}}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn chunks(kind: Kind, include_usage: bool) -> Chunks {
+        let env = Envelope { id: "x-1".into(), created: 1, model: "m".into() };
+        Chunks::new(Plan { env, kind, include_usage })
+    }
+
+    fn parse(data: &[String]) -> Vec<Value> {
+        data.iter().filter(|d| *d != "[DONE]").map(|d| serde_json::from_str(d).unwrap()).collect()
+    }
+
+    #[test]
+    fn chat_chunks_start_with_the_role_and_split_thinking_from_answer() {
+        let mut c = chunks(Kind::Chat, true);
+        let delta =
+            |text: &str, phase| Update::Delta(Delta { id: json!(1), text: text.into(), phase });
+        let first = parse(&c.on_update(Some(delta("hmm", Phase::Thinking))));
+        assert_eq!(first[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+        assert_eq!(first[1]["choices"][0]["delta"], json!({"reasoning_content": "hmm"}));
+        let next = parse(&c.on_update(Some(delta("Hi", Phase::Answer))));
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0]["choices"][0]["delta"], json!({"content": "Hi"}));
+        let done = Done {
+            id: json!(1),
+            finish: "stop".into(),
+            token_ids: vec![1, 2],
+            text: "Hi".into(),
+            thinking: Some("hmm".into()),
+            stats: json!({"prompt_tokens": 3, "generated_tokens": 2}),
+        };
+        let end = c.on_update(Some(Update::Done(done)));
+        assert_eq!(end.last().map(String::as_str), Some("[DONE]"));
+        let end = parse(&end);
+        assert_eq!(end[0]["choices"][0]["finish_reason"], "stop");
+        assert_eq!(end[1]["choices"], json!([]));
+        assert_eq!(end[1]["usage"]["total_tokens"], 5);
+        assert!(c.ended);
+    }
+
+    #[test]
+    fn a_failure_mid_stream_is_an_error_event_then_done() {
+        let mut c = chunks(Kind::Completion, false);
+        let delta = Update::Delta(Delta { id: json!(1), text: "a".into(), phase: Phase::Answer });
+        assert_eq!(parse(&c.on_update(Some(delta)))[0]["choices"][0]["text"], "a");
+        let out = c.on_update(Some(Update::Failed(ApiError::unavailable("gone"))));
+        assert_eq!(out.len(), 2);
+        assert_eq!(parse(&out)[0]["error"]["message"], "gone");
+        assert_eq!(out[1], "[DONE]");
+        let mut lost = chunks(Kind::Completion, false);
+        assert_eq!(parse(&lost.on_update(None))[0]["error"]["code"], "unavailable");
+    }
+}

@@ -1,0 +1,284 @@
+//! The OpenAI HTTP API's wire types (the subset `serve` speaks): request
+//! bodies of `/v1/chat/completions` and `/v1/completions`, their answers,
+//! stream chunks, `/v1/models` and the error body. Unknown request fields are
+//! accepted and ignored, as OpenAI-compatible servers do, except the few whose
+//! non-default values `serve` cannot honour (see [`super::mapping`]).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A string or a list of strings (`stop`, `prompt`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    /// One string.
+    One(String),
+    /// Several strings.
+    Many(Vec<String>),
+}
+
+/// The body of `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ChatRequest {
+    /// The model's name (as `/v1/models` lists it).
+    pub model: String,
+    /// The conversation.
+    pub messages: Vec<ChatMessage>,
+    /// Sampling and length options shared with completions.
+    #[serde(flatten)]
+    pub options: Options,
+    /// Template switches; `enable_thinking` turns thinking on or off.
+    #[serde(default)]
+    pub chat_template_kwargs: Option<TemplateKwargs>,
+    /// Thinking on or off (Kore's own spelling of the same switch).
+    #[serde(default)]
+    pub enable_thinking: Option<bool>,
+}
+
+/// `chat_template_kwargs`, as vLLM and llama-server accept it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TemplateKwargs {
+    /// Thinking on or off.
+    #[serde(default)]
+    pub enable_thinking: Option<bool>,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `developer`, `user` or `assistant`.
+    pub role: String,
+    /// A string, a list of text parts, or null (an assistant turn).
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+/// Message content: text, or a list of parts of which only text is served.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// `[{"type": "text", "text": ...}, ...]`.
+    Parts(Vec<ContentPart>),
+}
+
+/// One part of a multi-part message.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ContentPart {
+    /// `text` (other kinds are refused).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The text of a `text` part.
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// The body of `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    /// The model's name.
+    pub model: String,
+    /// Text, one text in a list, or token ids.
+    pub prompt: Value,
+    /// Sampling and length options.
+    #[serde(flatten)]
+    pub options: Options,
+    /// Echo the prompt (not served: must be false).
+    #[serde(default)]
+    pub echo: Option<bool>,
+}
+
+/// Options both endpoints take.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Options {
+    /// Stream server-sent events.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// `include_usage`: a last chunk with the usage.
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    /// Generated tokens at most (older name).
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// Generated tokens at most (newer name; wins over `max_tokens`).
+    #[serde(default)]
+    pub max_completion_tokens: Option<u64>,
+    /// Sampling temperature; absent or 0 is greedy.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// Nucleus threshold.
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// Keep the K most likely tokens (0 off).
+    #[serde(default)]
+    pub top_k: Option<u64>,
+    /// Drop tokens below this fraction of the top one's probability.
+    #[serde(default)]
+    pub min_p: Option<f64>,
+    /// Random stream of the request.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Stop strings.
+    #[serde(default)]
+    pub stop: Option<OneOrMany>,
+    /// Choices wanted (only 1 is served).
+    #[serde(default)]
+    pub n: Option<u64>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send a last chunk carrying `usage`.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Token counts of a request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Usage {
+    /// Tokens of the prompt.
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub completion_tokens: u64,
+    /// The sum.
+    pub total_tokens: u64,
+    /// `cached_tokens`: prompt tokens served from kept state.
+    pub prompt_tokens_details: PromptDetails,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PromptDetails {
+    /// Prompt tokens served from kept state (0 without sessions).
+    pub cached_tokens: u64,
+}
+
+/// The assistant message of a chat answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnswerMessage {
+    /// Always `assistant`.
+    pub role: &'static str,
+    /// The answer text.
+    pub content: String,
+    /// The thinking text, when the model thought.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+}
+
+/// One choice of a non-streamed chat answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatChoice {
+    /// Always 0.
+    pub index: u32,
+    /// The message.
+    pub message: AnswerMessage,
+    /// `stop` or `length`.
+    pub finish_reason: String,
+}
+
+/// One choice of a completion (streamed or not).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TextChoice {
+    /// Always 0.
+    pub index: u32,
+    /// The generated text (a piece of it in a chunk).
+    pub text: String,
+    /// Always null.
+    pub logprobs: Option<()>,
+    /// Set on the last chunk / the answer.
+    pub finish_reason: Option<String>,
+}
+
+/// A streamed chat delta.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ChunkDelta {
+    /// `assistant` on the first chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    /// Answer text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Thinking text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+}
+
+/// One choice of a chat chunk.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChunkChoice {
+    /// Always 0.
+    pub index: u32,
+    /// The delta.
+    pub delta: ChunkDelta,
+    /// Set on the last chunk.
+    pub finish_reason: Option<String>,
+}
+
+/// An answer or stream chunk: `object` says which; `choices` holds
+/// [`ChatChoice`], [`ChunkChoice`] or [`TextChoice`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Answer<C> {
+    /// `chatcmpl-...` or `cmpl-...`, the same in every chunk of a stream.
+    pub id: String,
+    /// `chat.completion`, `chat.completion.chunk` or `text_completion`.
+    pub object: &'static str,
+    /// Unix time of the request.
+    pub created: u64,
+    /// The model's name.
+    pub model: String,
+    /// The choices (empty in a usage-only chunk).
+    pub choices: Vec<C>,
+    /// Token counts (answers, and the usage chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Kore's measurements (the protocol's `stats`) on answers and last chunks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kore_stats: Option<Value>,
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelList {
+    /// Always `list`.
+    pub object: &'static str,
+    /// The served model.
+    pub data: Vec<ModelCard>,
+}
+
+/// One model of the list.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelCard {
+    /// Its name.
+    pub id: String,
+    /// Always `model`.
+    pub object: &'static str,
+    /// When the server started.
+    pub created: u64,
+    /// Always `kore`.
+    pub owned_by: &'static str,
+    /// Context limit in tokens (as llama-server's and vLLM's `max_model_len`).
+    pub max_model_len: u64,
+}
+
+/// OpenAI's error body: `{"error": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// The inside of an error body.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorDetail {
+    /// What went wrong and what to do.
+    pub message: String,
+    /// `invalid_request_error`, `authentication_error`, `server_error`, ...
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The offending parameter, when one is.
+    pub param: Option<String>,
+    /// A stable code (`model_not_found`, `context_length_exceeded`, ...).
+    pub code: Option<String>,
+}
