@@ -65,7 +65,7 @@ fn prompts(vocab: usize) -> Vec<Vec<u32>> {
 
 /// Sampling of sequence `j`: even ones greedy, odd ones seeded sampling.
 fn sampler(j: usize) -> Sampler {
-    if j.is_multiple_of(2) {
+    if j & 1 == 0 {
         Sampler::new(SamplingParams::greedy())
     } else {
         Sampler::new(SamplingParams {
