@@ -64,26 +64,48 @@ pub enum EngineError {
     Internal(String),
 }
 
-/// The inference engine as the scheduler drives it: one request at a time,
-/// one step per call, so that the caller can do I/O and notice cancellations
-/// between steps.
+/// Names one sequence (one running request) inside the engine; chosen by
+/// the service, unique among the sequences started and not yet finished.
+pub type SeqId = u64;
+
+/// What one [`Engine::step`] did for one sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepOut {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Its new tokens (none while still prefilling; 1 + accepted drafts when
+    /// decoding), or why it failed (the service then finishes it).
+    pub result: Result<Vec<u32>, EngineError>,
+}
+
+/// The inference engine as the scheduler drives it: up to
+/// [`Engine::max_sequences`] requests at once, every step advancing all of
+/// them together (one forward over every sequence), so that the caller can
+/// do I/O and notice cancellations between steps.
 pub trait Engine {
     /// Model facts; called once when the service is created.
     fn info(&self) -> EngineInfo;
 
-    /// Begins a request on `prompt` (never empty, and shorter than the context
-    /// limit). The engine may prefill here or spread prefill over `step` calls.
-    fn start(&mut self, prompt: &[u32], params: &GenParams) -> Result<(), EngineError>;
+    /// Sequences the engine runs together at most (at least 1); the service
+    /// queues requests beyond it.
+    fn max_sequences(&self) -> usize {
+        1
+    }
 
-    /// Advances the current request by one step, appending the tokens it
-    /// produced (0 while still prefilling; 1 + accepted drafts when decoding)
-    /// to `out`. A step should take bounded time (one prefill chunk or one
-    /// decode step) so cancellations are seen promptly.
-    fn step(&mut self, out: &mut Vec<u32>) -> Result<(), EngineError>;
+    /// Begins sequence `seq` on `prompt` (never empty, and shorter than the
+    /// context limit). The engine may prefill here or spread prefill over
+    /// `step` calls.
+    fn start(&mut self, seq: SeqId, prompt: &[u32], params: &GenParams) -> Result<(), EngineError>;
 
-    /// Ends the current request (finished, cancelled or failed) and frees its
+    /// Advances every started sequence by one step and reports each in
+    /// `out` (in no particular order). A step should take bounded time (one
+    /// prefill chunk or one decode step per sequence) so cancellations are
+    /// seen promptly.
+    fn step(&mut self, out: &mut Vec<StepOut>);
+
+    /// Ends sequence `seq` (finished, cancelled or failed) and frees its
     /// state. Called exactly once after every successful `start`.
-    fn finish(&mut self);
+    fn finish(&mut self, seq: SeqId);
 
     /// Runs the in-guest benchmark (`{"op":"bench"}`); blocks until done.
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {
