@@ -200,6 +200,9 @@ pub struct BenchArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Sequences decoding together (one batched forward a step).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub concurrency: u32,
     #[command(flatten)]
     pub json: JsonFlag,
 }

@@ -41,12 +41,16 @@ use kore_service::{
 
 use crate::bench::{self, NsClock};
 use crate::seq::{Phase, Seq};
+use crate::sessions::{Checkpoint, Sessions};
 
 /// Sequences run together by default (see [`ModelEngine::with_max_sequences`]).
 pub const DEFAULT_MAX_SEQUENCES: usize = 8;
 
 /// Prompt tokens one sequence prefills per step by default.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+
+/// Bytes of kept session states by default (see [`ModelEngine::with_session_budget`]).
+pub const DEFAULT_SESSION_BYTES: usize = 512 << 20;
 
 /// The real engine behind the chat service: a model (borrowed for `'m`, so
 /// that a speculative decoder can borrow it too), the running sequences, the
@@ -59,6 +63,7 @@ pub struct ModelEngine<'m> {
     spare: Vec<State>,
     max_sequences: usize,
     prefill_chunk: usize,
+    sessions: Sessions,
     stop_ids: Vec<u32>,
     context_limit: u32,
     default_mtp: u32,
@@ -91,6 +96,7 @@ impl<'m> ModelEngine<'m> {
             spare: Vec::new(),
             max_sequences: DEFAULT_MAX_SEQUENCES,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            sessions: Sessions::new(DEFAULT_SESSION_BYTES),
             stop_ids,
             context_limit: limit,
             default_mtp: 0,
@@ -105,6 +111,18 @@ impl<'m> ModelEngine<'m> {
     pub fn with_max_sequences(mut self, n: usize) -> Self {
         self.max_sequences = n.max(1);
         self
+    }
+
+    /// Keeps at most `bytes` of session states (docs/protocol.md,
+    /// "Sessions"); least recently used sessions are dropped beyond it.
+    pub fn with_session_budget(mut self, bytes: usize) -> Self {
+        self.sessions.set_budget(bytes);
+        self
+    }
+
+    /// Sessions kept now and the bytes of their states.
+    pub fn kept_sessions(&self) -> (usize, usize) {
+        (self.sessions.len(), self.sessions.bytes())
     }
 
     /// Prefills at most `tokens` prompt tokens of a sequence per step, so
@@ -223,7 +241,12 @@ impl Engine for ModelEngine<'_> {
         self.max_sequences
     }
 
-    fn start(&mut self, seq: SeqId, prompt: &[u32], params: &GenParams) -> Result<(), EngineError> {
+    fn start(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        params: &GenParams,
+    ) -> Result<u32, EngineError> {
         if self.seqs.len() >= self.max_sequences || self.seqs.contains_key(&seq) {
             return Err(EngineError::Internal(format!(
                 "engine: cannot start sequence {seq} ({} of {} running, ids must be new)",
@@ -248,18 +271,32 @@ impl Engine for ModelEngine<'_> {
                 self.context_limit
             )));
         }
-        let phase = self.phase(prompt, params)?;
+        let mut phase = self.phase(prompt, params)?;
         let room = self.context_limit - len;
-        let state = self.spare.pop().unwrap_or_else(|| self.model.new_state());
+        // Sessions continue plain sequences only (drafting keeps no token record).
+        let session = params.session.clone().filter(|_| matches!(phase, Phase::Plain { .. }));
+        let kept = session.as_deref().and_then(|name| self.sessions.take(name, prompt));
+        let (state, ran) = match kept {
+            Some(c) => (c.state, c.tokens),
+            None => (self.spare.pop().unwrap_or_else(|| self.model.new_state()), Vec::new()),
+        };
+        if let Phase::Plain { input, .. } = &mut phase {
+            input.drain(..ran.len());
+        }
+        let cached = ran.len() as u32;
         let entry = Seq {
             state,
             phase,
             generated: 0,
             max_tokens: params.max_tokens.min(room),
             ended: params.max_tokens == 0,
+            session,
+            ran,
+            mark: params.checkpoint_at.map(|m| m as usize).filter(|&m| m > cached as usize),
+            checkpoints: Vec::new(),
         };
         self.seqs.insert(seq, entry);
-        Ok(())
+        Ok(cached)
     }
 
     fn step(&mut self, out: &mut Vec<StepOut>) {
@@ -291,10 +328,15 @@ impl Engine for ModelEngine<'_> {
     }
 
     fn finish(&mut self, seq: SeqId) {
-        if let Some(mut s) = self.seqs.remove(&seq) {
+        let Some(mut s) = self.seqs.remove(&seq) else { return };
+        let Some(name) = s.session.take() else {
             s.state.reset();
-            self.spare.push(s.state);
-        }
+            return self.spare.push(s.state);
+        };
+        let mut checkpoints = core::mem::take(&mut s.checkpoints);
+        checkpoints.retain(|c| c.tokens.len() < s.ran.len());
+        checkpoints.push(Checkpoint { tokens: s.ran, state: s.state });
+        self.sessions.keep(name, checkpoints);
     }
 
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {

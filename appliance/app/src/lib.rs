@@ -26,6 +26,7 @@ pub mod bench;
 pub mod codec;
 pub mod engine;
 mod seq;
+mod sessions;
 
 pub use codec::{default_stop_ids, OwnedDecoder, TokenizerCodec};
 pub use engine::ModelEngine;

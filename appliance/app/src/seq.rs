@@ -11,7 +11,11 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
+use alloc::string::String;
+
 use kore_engine::{Sampler, SpecOptions, Speculator, State};
+
+use crate::sessions::Checkpoint;
 
 /// Tokens a chunk may leave behind at most before the rest joins it: a
 /// prompt's tail of this many tokens or fewer runs with the chunk before it
@@ -42,6 +46,15 @@ pub(crate) struct Seq<'m> {
     pub(crate) generated: u32,
     pub(crate) max_tokens: u32,
     pub(crate) ended: bool,
+    /// The session the state is kept for when the sequence ends.
+    pub(crate) session: Option<String>,
+    /// Tokens the state has run (kept with it), tracked for sessions.
+    pub(crate) ran: Vec<u32>,
+    /// With a session: the position (tokens run) to checkpoint at inside
+    /// the prompt; `None` checkpoints at the prompt's end.
+    pub(crate) mark: Option<usize>,
+    /// Checkpoints taken so far, for the session.
+    pub(crate) checkpoints: Vec<Checkpoint>,
 }
 
 impl Seq<'_> {
@@ -51,7 +64,10 @@ impl Seq<'_> {
     pub(crate) fn next_input(&self, chunk: usize) -> Option<(usize, bool)> {
         let Phase::Plain { input, .. } = &self.phase else { return None };
         let len = input.len();
-        let n = if len <= chunk + MIN_TAIL { len } else { chunk };
+        let mut n = if len <= chunk + MIN_TAIL { len } else { chunk };
+        if let Some(m) = self.mark.filter(|&m| m > self.ran.len() && self.session.is_some()) {
+            n = n.min(m - self.ran.len());
+        }
         Some((n, n == len))
     }
 
@@ -59,7 +75,16 @@ impl Seq<'_> {
     /// `logits` came back, samples the next token into `out`.
     pub(crate) fn absorb(&mut self, n: usize, logits: Option<&[f32]>, out: &mut Vec<u32>) {
         let Phase::Plain { sampler, input } = &mut self.phase else { return };
+        if self.session.is_some() {
+            self.ran.extend_from_slice(&input[..n]);
+        }
         input.drain(..n);
+        let at_mark = self.mark == Some(self.ran.len());
+        let prompt_end = logits.is_some() && self.generated == 0 && self.mark.is_none();
+        if self.session.is_some() && (at_mark || prompt_end) {
+            let (tokens, state) = (self.ran.clone(), self.state.clone());
+            self.checkpoints.push(Checkpoint { tokens, state });
+        }
         if let Some(l) = logits {
             let next = sampler.sample(l);
             input.clear();

@@ -17,6 +17,7 @@ pub(crate) struct Active<D> {
     pub(crate) key: String,
     pub(crate) chat: bool,
     pub(crate) prompt_tokens: u32,
+    pub(crate) cached_tokens: u32,
     pub(crate) max_tokens: u32,
     pub(crate) emitter: Emitter<D>,
     pub(crate) tokens: Vec<u32>,
@@ -38,6 +39,7 @@ impl<D> Active<D> {
         let decode_ns = a.t_first.map_or(0, |t| a.t_last.saturating_sub(t));
         Stats {
             prompt_tokens: a.prompt_tokens,
+            cached_tokens: a.cached_tokens,
             generated_tokens: generated,
             prefill_ms: round3(ms(prefill_ns)),
             prefill_tok_per_s: round3(per_s(a.prompt_tokens, prefill_ns)),

@@ -24,6 +24,13 @@ pub struct GenParams {
     /// Draft tokens per step for multi-token prediction; `None` = engine default,
     /// `Some(0)` = drafting off.
     pub mtp: Option<u32>,
+    /// Session name: the engine may continue the state it kept for it and
+    /// keeps this request's state for it afterwards.
+    pub session: Option<String>,
+    /// With a session: a prompt position to keep a checkpoint at besides the
+    /// prompt's end (the service gives the start of a chat prompt's
+    /// generation-prompt thinking block, which later turns render differently).
+    pub checkpoint_at: Option<u32>,
 }
 
 impl Default for GenParams {
@@ -36,6 +43,8 @@ impl Default for GenParams {
             min_p: 0.0,
             seed: 0,
             mtp: None,
+            session: None,
+            checkpoint_at: None,
         }
     }
 }
@@ -93,9 +102,11 @@ pub trait Engine {
     }
 
     /// Begins sequence `seq` on `prompt` (never empty, and shorter than the
-    /// context limit). The engine may prefill here or spread prefill over
-    /// `step` calls.
-    fn start(&mut self, seq: SeqId, prompt: &[u32], params: &GenParams) -> Result<(), EngineError>;
+    /// context limit) and returns how many of its first tokens are served
+    /// from a kept session state (`stats.cached_tokens`). The engine may
+    /// prefill here or spread prefill over `step` calls.
+    fn start(&mut self, seq: SeqId, prompt: &[u32], params: &GenParams)
+        -> Result<u32, EngineError>;
 
     /// Advances every started sequence by one step and reports each in
     /// `out` (in no particular order). A step should take bounded time (one
@@ -131,6 +142,8 @@ pub struct BenchRequest {
     pub mtp: Option<u32>,
     /// Worker threads (`None` = all vCPUs).
     pub threads: Option<u32>,
+    /// Sequences decoding together (`None` = 1).
+    pub concurrency: Option<u32>,
 }
 
 /// Benchmark results, field for field the `kore-launch bench --json` object.
@@ -140,8 +153,12 @@ pub struct BenchReport {
     pub measured_read_gbps: f64,
     /// Prefill throughput, tokens/s.
     pub prefill_tok_per_s: f64,
-    /// Decode throughput, tokens/s.
+    /// Decode throughput of one sequence, tokens/s.
     pub decode_tok_per_s: f64,
+    /// Sequences decoding together.
+    pub concurrency: u32,
+    /// Decode throughput of all sequences together, tokens/s.
+    pub aggregate_decode_tok_per_s: f64,
     /// Mean decode step time, ms.
     pub step_ms: f64,
     /// Weight bytes read per decode step.

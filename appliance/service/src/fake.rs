@@ -225,7 +225,12 @@ impl Engine for FakeEngine {
         self.max_sequences
     }
 
-    fn start(&mut self, seq: SeqId, prompt: &[u32], params: &GenParams) -> Result<(), EngineError> {
+    fn start(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        params: &GenParams,
+    ) -> Result<u32, EngineError> {
         if self.runs.len() >= self.max_sequences || self.runs.contains_key(&seq) {
             return Err(EngineError::Internal(String::from("start past the sequence limit")));
         }
@@ -236,7 +241,7 @@ impl Engine for FakeEngine {
         };
         let per_step = 1 + params.mtp.unwrap_or(0) as usize;
         self.runs.insert(seq, Run { output, pos: 0, step: 0, per_step });
-        Ok(())
+        Ok(0)
     }
 
     fn step(&mut self, out: &mut Vec<StepOut>) {
@@ -275,6 +280,7 @@ impl Engine for FakeEngine {
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {
         Ok(BenchReport {
             threads: request.threads.unwrap_or(1),
+            concurrency: request.concurrency.unwrap_or(1),
             tokens_per_step: 1.0 + f64::from(request.mtp.unwrap_or(0)),
             ..BenchReport::default()
         })

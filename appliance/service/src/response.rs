@@ -35,6 +35,8 @@ pub enum Finish {
 pub struct Stats {
     /// Prompt length in tokens.
     pub prompt_tokens: u32,
+    /// Prompt tokens served from the request's session state (0 when none).
+    pub cached_tokens: u32,
     /// Tokens in `token_ids`.
     pub generated_tokens: u32,
     /// Time from starting the request until its first token, ms.

@@ -309,6 +309,10 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             Input::Messages(_) => Mode::chat(self.codec.think_ids(), &prompt),
             _ => Mode::Raw,
         };
+        let checkpoint_at = match (&mode, self.codec.think_ids()) {
+            (Mode::Chat { .. }, Some((open, _))) => generation_think(&prompt, open),
+            _ => None,
+        };
         let params = GenParams {
             max_tokens: g.max_tokens.map_or(room, |m| m.min(room)),
             temperature: g.temperature,
@@ -317,6 +321,8 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             min_p: g.min_p,
             seed: g.seed,
             mtp: g.mtp,
+            session: g.session,
+            checkpoint_at,
         };
         let kind = JobKind::Generate { prompt, params, mode, stop: g.stop };
         self.push_job(conn, g.id, key, kind);
@@ -441,16 +447,20 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         let t_start = self.clock.now_ns();
         let seq = self.next_seq;
         self.next_seq += 1;
-        if let Err(e) = self.engine.start(seq, &prompt, &params) {
-            self.send_engine_error(job.conn, &job.id, &e);
-            return self.release(job.conn, &job.key);
-        }
+        let cached_tokens = match self.engine.start(seq, &prompt, &params) {
+            Ok(n) => n,
+            Err(e) => {
+                self.send_engine_error(job.conn, &job.id, &e);
+                return self.release(job.conn, &job.key);
+            }
+        };
         let active = Active {
             conn: job.conn,
             id: job.id,
             key: job.key,
             chat: matches!(mode, Mode::Chat { .. }),
             prompt_tokens: prompt.len() as u32,
+            cached_tokens,
             max_tokens: params.max_tokens,
             emitter: Emitter::new(self.codec.decoder(), mode, stop),
             tokens: Vec::new(),
@@ -604,4 +614,13 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             self.drop_requests_of(conn);
         }
     }
+}
+
+/// Where a chat prompt's generation prompt opens its `<think>` block (within
+/// its last 8 tokens): earlier turns render without it, so a session keeps a
+/// checkpoint just before it.
+fn generation_think(prompt: &[u32], open: u32) -> Option<u32> {
+    let from = prompt.len().saturating_sub(8);
+    let at = prompt[from..].iter().rposition(|&t| t == open)?;
+    u32::try_from(from + at).ok().filter(|&p| p > 0)
 }

@@ -136,3 +136,38 @@ fn bench_waits_until_nothing_runs_and_later_requests_wait_for_it() {
     assert_eq!(order, [json!("g1"), json!("b"), json!("g2")]);
     assert_eq!(svc.engine().peak_batch, 1);
 }
+
+#[test]
+fn session_names_reach_the_engine_and_bad_ones_are_refused() {
+    let mut svc = service(2);
+    let c = svc.open();
+    send(&mut svc, c, &json!({"id": 1, "prompt": "hi", "session": "chat-7", "max_tokens": 2}));
+    send(&mut svc, c, &json!({"id": 2, "prompt": "hi", "session": ""}));
+    send(&mut svc, c, &json!({"id": 3, "prompt": "hi", "session": 5}));
+    send(&mut svc, c, &json!({"id": 4, "prompt": "hi", "session": "x".repeat(257)}));
+    drain(&mut svc);
+    let evs = events(&mut svc, c);
+    for id in [2, 3, 4] {
+        let e = evs.iter().find(|e| e["id"] == id).unwrap();
+        assert_eq!(e["error"]["code"], "bad_request", "{e}");
+    }
+    let done = evs.iter().find(|e| e["id"] == 1 && e["done"] == true).unwrap();
+    assert_eq!(done["stats"]["cached_tokens"], 0);
+    assert_eq!(svc.engine().started.len(), 1);
+    assert_eq!(svc.engine().started[0].1.session.as_deref(), Some("chat-7"));
+}
+
+#[test]
+fn bench_concurrency_is_parsed_and_reported() {
+    let mut svc = service(1);
+    let c = svc.open();
+    send(&mut svc, c, &json!({"op": "bench", "id": "b", "concurrency": 4}));
+    send(&mut svc, c, &json!({"op": "bench", "id": "z", "concurrency": 0}));
+    drain(&mut svc);
+    let evs = events(&mut svc, c);
+    let b = evs.iter().find(|e| e["id"] == "b").unwrap();
+    assert_eq!(b["bench"]["concurrency"], 4, "{b}");
+    assert!(b["bench"].get("aggregate_decode_tok_per_s").is_some());
+    let z = evs.iter().find(|e| e["id"] == "z").unwrap();
+    assert_eq!(z["error"]["code"], "bad_request", "{z}");
+}

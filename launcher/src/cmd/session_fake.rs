@@ -111,7 +111,7 @@ impl Engine for ScriptedEngine {
         seq: SeqId,
         prompt: &[u32],
         params: &GenParams,
-    ) -> std::result::Result<(), EngineError> {
+    ) -> std::result::Result<u32, EngineError> {
         self.inner.behaviour = Behaviour::Script(Self::script(prompt));
         self.inner.start(seq, prompt, params)
     }
