@@ -123,6 +123,9 @@ pub struct ChatArgs {
     /// Answer this prompt once and exit.
     #[arg(short = 'p', long = "prompt")]
     pub prompt: Option<String>,
+    /// System prompt of the conversation (default: config key `system_prompt`).
+    #[arg(long)]
+    pub system: Option<String>,
     /// Thinking mode.
     #[arg(long, value_enum)]
     pub thinking: Option<OnOff>,

@@ -81,6 +81,8 @@ pub struct FileConfig {
     pub context: Option<toml::Value>,
     /// Where the pidfile and sockets of `kore-launch up` live.
     pub runtime_dir: Option<PathBuf>,
+    /// System prompt of `kore-launch chat` when `--system` is not given.
+    pub system_prompt: Option<String>,
 }
 
 /// Settings given on the command line (each `None` when the flag is absent).
