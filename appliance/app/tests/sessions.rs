@@ -1,4 +1,5 @@
-//! Sessions over the real engine (model-packs/tiny-hf): a 10-turn chat in one
+//! Sessions over the real engine (model-packs/tiny-hf, and the default pack
+//! model-packs/tiny for the chat): a 10-turn chat in one
 //! session prefills only each turn's new tokens (`stats.cached_tokens` = the
 //! earlier turns, up to the previous generation prompt's `<think>`), and every
 //! answer equals a fresh request of the same conversation without a session;
@@ -24,7 +25,11 @@ fn tiny_dir() -> PathBuf {
 }
 
 fn service<'m>(model: &'m Model<'m>, budget: Option<usize>) -> Svc<'m> {
-    let tok = Arc::new(Tokenizer::from_file(tiny_dir().join("tokenizer.json")).unwrap());
+    service_in(&tiny_dir(), model, budget)
+}
+
+fn service_in<'m>(dir: &std::path::Path, model: &'m Model<'m>, budget: Option<usize>) -> Svc<'m> {
+    let tok = Arc::new(Tokenizer::from_file(dir.join("tokenizer.json")).unwrap());
     let stops = default_stop_ids(&tok, &model.config.eos_token_ids, model.config.vocab_size);
     let mut engine = ModelEngine::new(model, "tiny", stops.clone());
     if let Some(b) = budget {
@@ -50,9 +55,19 @@ fn ask(svc: &mut Svc<'_>, req: Value) -> Value {
 #[test]
 fn ten_turn_chat_reuses_the_earlier_turns_and_answers_as_a_fresh_prefill() {
     let hf = HfModelDir::open(&tiny_dir()).unwrap();
-    let model = hf.model().unwrap();
-    let mut kept = service(&model, None);
-    let mut fresh = service(&model, None);
+    ten_turns(&tiny_dir(), &hf.model().unwrap());
+}
+
+#[test]
+fn ten_turn_chat_on_the_default_pack() {
+    let dir = tiny_dir().join("../tiny");
+    let pack = kore_pack::Pack::open(&dir).unwrap();
+    ten_turns(&dir, &pack.model().unwrap());
+}
+
+fn ten_turns(dir: &std::path::Path, model: &Model<'_>) {
+    let mut kept = service_in(dir, model, None);
+    let mut fresh = service_in(dir, model, None);
     let users = [
         "Who comes here?",
         "What news?",
@@ -86,6 +101,7 @@ fn ten_turn_chat_reuses_the_earlier_turns_and_answers_as_a_fresh_prefill() {
             // (`<think>\n\n</think>\n\n`: 4 tokens at most): earlier turns.
             assert!(cached + 4 >= prev_prompt && cached < prev_prompt, "turn {k}: {cached}");
         }
+        eprintln!("turn {k}: prompt {prompt} tokens, {cached} cached, answer {}", a["text"]);
         prev_prompt = prompt;
         messages.push(json!({"role": "assistant", "content": a["text"]}));
     }
