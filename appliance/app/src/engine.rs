@@ -335,7 +335,11 @@ impl Engine for ModelEngine<'_> {
         };
         let mut checkpoints = core::mem::take(&mut s.checkpoints);
         checkpoints.retain(|c| c.tokens.len() < s.ran.len());
-        checkpoints.push(Checkpoint { tokens: s.ran, state: s.state });
+        // A chat's state after its answer never prefixes the next turn (the
+        // template drops the `<think>` block): keep only the mark's then.
+        if s.mark.is_none() || checkpoints.is_empty() {
+            checkpoints.push(Checkpoint { tokens: s.ran, state: s.state });
+        }
         self.sessions.keep(name, checkpoints);
     }
 
