@@ -3,7 +3,8 @@
 //! new process attaching to it). Turn k's `cached_tokens` covers the earlier
 //! turns (up to the previous generation prompt's `<think>`), and each answer
 //! equals a fresh request of the same conversation without a session.
-//! Needs the guest images and KVM (fails, never skips, without them).
+//! Also `bench --concurrency` in the guest and natively. Needs the guest
+//! images and KVM (fails, never skips, without them).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -86,4 +87,34 @@ fn ten_turn_chat_in_the_guest_reuses_earlier_turns() {
         prev_prompt = prompt;
         messages.push(json!({"role": "assistant", "content": a["text"]}));
     }
+}
+
+#[test]
+fn bench_concurrency_in_the_guest_and_natively() {
+    require_images();
+    let pack = root().join("model-packs/tiny");
+    let pack = pack.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("rt");
+    let args = ["bench", "--model", pack, "--threads", "2", "--concurrency", "3", "--json"];
+    for native in [false, true] {
+        let mut a = args.to_vec();
+        if native {
+            a.push("--native");
+        }
+        let o = kore(&a, &runtime);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let v: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(v["concurrency"], 3, "native={native}: {v}");
+        let (one, all) = (
+            v["decode_tok_per_s"].as_f64().unwrap(),
+            v["aggregate_decode_tok_per_s"].as_f64().unwrap(),
+        );
+        assert!(one > 0.0 && (all - 3.0 * one).abs() <= 1e-6 * all, "native={native}: {v}");
+    }
+    let o =
+        kore(&["bench", "--native", "--model", pack, "--mtp", "2", "--concurrency", "2"], &runtime);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("one sequence at a time"));
 }
