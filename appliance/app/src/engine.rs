@@ -276,6 +276,10 @@ impl Engine for ModelEngine<'_> {
         // Sessions continue plain sequences only (drafting keeps no token record).
         let session = params.session.clone().filter(|_| matches!(phase, Phase::Plain { .. }));
         let kept = session.as_deref().and_then(|name| self.sessions.take(name, prompt));
+        let kept = match kept {
+            None if session.is_some() => self.sessions.shared_for(prompt),
+            kept => kept,
+        };
         let (state, ran) = match kept {
             Some(c) => (c.state, c.tokens),
             None => (self.spare.pop().unwrap_or_else(|| self.model.new_state()), Vec::new()),
@@ -294,6 +298,8 @@ impl Engine for ModelEngine<'_> {
             ran,
             mark: params.checkpoint_at.map(|m| m as usize).filter(|&m| m > cached as usize),
             checkpoints: Vec::new(),
+            shared_at: params.shared_at.map(|m| m as usize).filter(|&m| m > cached as usize),
+            shared: None,
         };
         self.seqs.insert(seq, entry);
         Ok(cached)
@@ -333,6 +339,9 @@ impl Engine for ModelEngine<'_> {
             s.state.reset();
             return self.spare.push(s.state);
         };
+        if let Some(shared) = s.shared.take() {
+            self.sessions.share(shared);
+        }
         let mut checkpoints = core::mem::take(&mut s.checkpoints);
         checkpoints.retain(|c| c.tokens.len() < s.ran.len());
         // A chat's state after its answer never prefixes the next turn (the

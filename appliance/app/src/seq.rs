@@ -55,6 +55,10 @@ pub(crate) struct Seq<'m> {
     pub(crate) mark: Option<usize>,
     /// Checkpoints taken so far, for the session.
     pub(crate) checkpoints: Vec<Checkpoint>,
+    /// With a session: the end of a prefix other sessions may share.
+    pub(crate) shared_at: Option<usize>,
+    /// The state at `shared_at`, once reached.
+    pub(crate) shared: Option<Checkpoint>,
 }
 
 impl Seq<'_> {
@@ -65,8 +69,10 @@ impl Seq<'_> {
         let Phase::Plain { input, .. } = &self.phase else { return None };
         let len = input.len();
         let mut n = if len <= chunk + MIN_TAIL { len } else { chunk };
-        if let Some(m) = self.mark.filter(|&m| m > self.ran.len() && self.session.is_some()) {
-            n = n.min(m - self.ran.len());
+        for m in [self.mark, self.shared_at].into_iter().flatten() {
+            if m > self.ran.len() && self.session.is_some() {
+                n = n.min(m - self.ran.len());
+            }
         }
         Some((n, n == len))
     }
@@ -79,6 +85,10 @@ impl Seq<'_> {
             self.ran.extend_from_slice(&input[..n]);
         }
         input.drain(..n);
+        if self.session.is_some() && self.shared_at == Some(self.ran.len()) {
+            let (tokens, state) = (self.ran.clone(), self.state.clone());
+            self.shared = Some(Checkpoint { tokens, state });
+        }
         let at_mark = self.mark == Some(self.ran.len());
         let prompt_end = logits.is_some() && self.generated == 0 && self.mark.is_none();
         if self.session.is_some() && (at_mark || prompt_end) {

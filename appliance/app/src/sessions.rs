@@ -31,9 +31,11 @@ struct Kept {
     used: u64,
 }
 
-/// Kept states by session name under a byte budget.
+/// Kept states by session name, and shared prefixes by their tokens, under
+/// one byte budget.
 pub(crate) struct Sessions {
     map: BTreeMap<String, Kept>,
+    shared: BTreeMap<Vec<u32>, Kept>,
     budget: usize,
     bytes: usize,
     clock: u64,
@@ -42,7 +44,7 @@ pub(crate) struct Sessions {
 impl Sessions {
     /// No sessions; at most `budget` bytes of kept states.
     pub(crate) fn new(budget: usize) -> Self {
-        Sessions { map: BTreeMap::new(), budget, bytes: 0, clock: 0 }
+        Sessions { map: BTreeMap::new(), shared: BTreeMap::new(), budget, bytes: 0, clock: 0 }
     }
 
     /// Changes the budget (evicting at the next [`Sessions::keep`]).
@@ -78,14 +80,52 @@ impl Sessions {
         self.clock += 1;
         self.bytes += bytes;
         self.map.insert(name, Kept { checkpoints, bytes, used: self.clock });
+        self.evict();
+    }
+
+    /// A copy of the longest shared prefix that is a strict prefix of
+    /// `prompt` (see [`Sessions::share`]).
+    pub(crate) fn shared_for(&mut self, prompt: &[u32]) -> Option<Checkpoint> {
+        self.clock += 1;
+        let (_, kept) = self
+            .shared
+            .iter_mut()
+            .filter(|(t, _)| t.len() < prompt.len() && prompt.starts_with(t))
+            .max_by_key(|(t, _)| t.len())?;
+        kept.used = self.clock;
+        let c = &kept.checkpoints[0];
+        Some(Checkpoint { tokens: c.tokens.clone(), state: c.state.clone() })
+    }
+
+    /// Keeps `prefix` for every session whose prompt starts with its tokens
+    /// (a system prompt), unless it is kept already.
+    pub(crate) fn share(&mut self, prefix: Checkpoint) {
+        self.clock += 1;
+        if let Some(k) = self.shared.get_mut(&prefix.tokens) {
+            k.used = self.clock;
+            return;
+        }
+        let bytes = prefix.state.bytes();
+        self.bytes += bytes;
+        let kept = Kept { checkpoints: alloc::vec![prefix], bytes, used: self.clock };
+        self.shared.insert(kept.checkpoints[0].tokens.clone(), kept);
+        self.evict();
+    }
+
+    /// Drops the least recently used sessions and prefixes while over budget.
+    fn evict(&mut self) {
         while self.bytes > self.budget {
-            let Some(oldest) = self.map.iter().min_by_key(|(_, k)| k.used).map(|(n, _)| n.clone())
-            else {
-                break;
+            let named =
+                self.map.iter().min_by_key(|(_, k)| k.used).map(|(n, k)| (k.used, n.clone()));
+            let shared =
+                self.shared.iter().min_by_key(|(_, k)| k.used).map(|(t, k)| (k.used, t.clone()));
+            let freed = match (named, shared) {
+                (Some((a, n)), Some((b, _))) if a <= b => self.map.remove(&n),
+                (_, Some((_, t))) => self.shared.remove(&t),
+                (Some((_, n)), None) => self.map.remove(&n),
+                (None, None) => break,
             };
-            if let Some(k) = self.map.remove(&oldest) {
-                self.bytes -= k.bytes;
-            }
+            self.bytes -= freed.map_or(0, |k| k.bytes);
         }
     }
 

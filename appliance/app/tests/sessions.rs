@@ -152,3 +152,24 @@ fn the_budget_drops_the_least_recently_used_session() {
     assert_eq!(ask(&mut svc, extend("a"))["stats"]["cached_tokens"], 0, "a was evicted");
     assert!(ask(&mut svc, extend("c"))["stats"]["cached_tokens"].as_u64().unwrap() >= 4);
 }
+
+#[test]
+fn a_system_prompt_is_prefilled_once_for_every_session() {
+    let hf = HfModelDir::open(&tiny_dir()).unwrap();
+    let model = hf.model().unwrap();
+    let mut svc = service(&model, None);
+    let mut fresh = service(&model, None);
+    let system = json!({"role": "system", "content": "Thou art a player in a Shakespeare play."});
+    let mut cached = Vec::new();
+    for (name, user) in [("a", "Who art thou?"), ("b", "What news?"), ("c", "Speak.")] {
+        let msgs = json!([system, {"role": "user", "content": user}]);
+        let req = json!({"messages": msgs, "thinking": false, "max_tokens": 8});
+        let mut with = req.clone();
+        with["session"] = json!(name);
+        let a = ask(&mut svc, with);
+        assert_eq!(a["token_ids"], ask(&mut fresh, req)["token_ids"], "session {name}");
+        cached.push(a["stats"]["cached_tokens"].as_u64().unwrap());
+    }
+    assert_eq!(cached[0], 0, "nothing shared yet");
+    assert!(cached[1] > 10 && cached[1] == cached[2], "system turn shared: {cached:?}");
+}

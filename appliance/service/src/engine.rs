@@ -31,6 +31,9 @@ pub struct GenParams {
     /// prompt's end (the service gives the start of a chat prompt's
     /// generation-prompt thinking block, which later turns render differently).
     pub checkpoint_at: Option<u32>,
+    /// With a session: the end of a prefix other sessions may share (a chat
+    /// prompt's system turn), kept once for all of them.
+    pub shared_at: Option<u32>,
 }
 
 impl Default for GenParams {
@@ -45,6 +48,7 @@ impl Default for GenParams {
             mtp: None,
             session: None,
             checkpoint_at: None,
+            shared_at: None,
         }
     }
 }

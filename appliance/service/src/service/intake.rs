@@ -6,13 +6,27 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::{Job, JobKind, Service};
-use crate::codec::Codec;
+use crate::codec::{ChatMessage, Codec, Role};
 use crate::emit::Mode;
 use crate::engine::{Clock, Engine, GenParams};
 use crate::request::{ErrorCode, GenerateRequest, Id, Input};
 use crate::service::ConnId;
 
 impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
+    /// Where a chat prompt that opens with a system message stops sharing
+    /// tokens with that system message followed by an empty user message
+    /// (its turn and the user turn's opening): the prefix other
+    /// conversations with the same system prompt share.
+    fn system_prefix(&self, m: &[ChatMessage], thinking: bool, prompt: &[u32]) -> Option<u32> {
+        if m.len() < 2 || m[0].role != Role::System {
+            return None;
+        }
+        let empty = ChatMessage { role: Role::User, content: String::new() };
+        let alone = self.codec.render_chat(&[m[0].clone(), empty], thinking).ok()?;
+        let common = alone.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        u32::try_from(common).ok().filter(|&c| c > 0 && (c as usize) < prompt.len())
+    }
+
     pub(super) fn handle_generate(&mut self, conn: ConnId, g: GenerateRequest) {
         let key = g.id.key();
         if !self.admit(conn, &g.id, &key) {
@@ -48,6 +62,10 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             min_p: g.min_p,
             seed: g.seed,
             mtp: g.mtp,
+            shared_at: match (&g.input, &g.session) {
+                (Input::Messages(m), Some(_)) => self.system_prefix(m, g.thinking, &prompt),
+                _ => None,
+            },
             session: g.session,
             checkpoint_at,
         };
