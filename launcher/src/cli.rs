@@ -129,6 +129,9 @@ pub struct ChatArgs {
     /// Answer this prompt once and exit.
     #[arg(short = 'p', long = "prompt")]
     pub prompt: Option<String>,
+    /// System prompt of the conversation (default: config key `system_prompt`).
+    #[arg(long)]
+    pub system: Option<String>,
     /// Thinking mode.
     #[arg(long, value_enum)]
     pub thinking: Option<OnOff>,
@@ -206,6 +209,9 @@ pub struct BenchArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Sequences decoding together (one batched forward a step).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub concurrency: u32,
     #[command(flatten)]
     pub json: JsonFlag,
 }

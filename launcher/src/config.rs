@@ -85,6 +85,8 @@ pub struct FileConfig {
     pub runtime_dir: Option<PathBuf>,
     /// The CPU the guest sees: "host", "x86-64-v3" or "x86-64-v2".
     pub guest_cpu: Option<String>,
+    /// System prompt of `kore-launch chat` when `--system` is not given.
+    pub system_prompt: Option<String>,
 }
 
 /// Settings given on the command line (each `None` when the flag is absent).

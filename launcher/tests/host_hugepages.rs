@@ -184,16 +184,20 @@ fn budget_follows_the_documented_formula() {
     let weights = 10_000 + CONFIG.len() as u64;
     let b = Budget::compute(&dir, 1000).unwrap();
     assert_eq!(b.weights, weights);
-    // Room to double x (1 full + 1 MTP layer) x K,V x 2 heads x 64 dims x 4 bytes per token.
-    assert_eq!(b.kv_cache, 2 * 1000 * 2 * 2 * 2 * 64 * 4);
+    // 8 sequences of 1000 positions share the cache; room to double x (1 full + 1 MTP layer)
+    // x K,V x 2 heads x 64 dims x 4 bytes per position.
+    assert_eq!(b.kv_tokens, 8000);
+    assert_eq!(b.kv_cache, 2 * 8000 * 2 * 2 * 2 * 64 * 4);
+    assert_eq!(b.sessions, b.kv_cache, "kept sessions: at most the KV cache, at most 512 MiB");
     // 3 linear layers x (4 x 32 x 32 state + 3 x (2x2x32 + 4x32) conv) x 4 bytes.
     assert_eq!(b.recurrent_state, 3 * (4 * 32 * 32 + 3 * (2 * 2 * 32 + 4 * 32)) * 4);
-    assert_eq!(b.total(), weights + b.kv_cache + b.recurrent_state + HEAP_BYTES + KERNEL_BYTES);
+    let own = b.kv_cache + b.recurrent_state + b.sessions + HEAP_BYTES + KERNEL_BYTES;
+    assert_eq!(b.total(), weights + own);
     assert!(b.notes.is_empty(), "{:?}", b.notes);
     // The VMM's layout rounds each part (own memory, the pack) up to 2 MiB pages.
     assert_eq!(b.guest_bytes() % (2 * MIB), 0);
     assert!(b.guest_bytes() >= b.total() && b.guest_bytes() < b.total() + 4 * MIB);
-    assert_eq!(b.own_memory(), b.kv_cache + b.recurrent_state + HEAP_BYTES + KERNEL_BYTES);
+    assert_eq!(b.own_memory(), own);
 }
 
 #[test]
@@ -216,7 +220,7 @@ fn budget_reads_a_pack_toml_and_falls_back_without_a_shape() {
     let b = Budget::compute(&dir, 10).unwrap();
     let shape = b.shape.unwrap();
     assert_eq!((shape.full_layers, shape.linear_layers), (2, 6));
-    assert_eq!(b.kv_cache, 2 * 10 * 2 * 2 * 16 * 4);
+    assert_eq!(b.kv_cache, 2 * 80 * 2 * 2 * 16 * 4);
     // A pack counts the files the VMM preloads, each on its own 2 MiB pages.
     assert_eq!(b.weights, 2 * 2 * MIB);
 

@@ -66,8 +66,16 @@ pub fn run(
         prompt_tokens: req.prompt_tokens.map_or(defaults.prompt_tokens, |n| n as usize),
         decode_tokens: req.decode_tokens.map_or(defaults.decode_tokens, |n| n as usize),
         mtp: req.mtp.map_or(defaults.mtp, |n| n as usize),
+        concurrency: req.concurrency.map_or(1, |n| n.max(1) as usize),
         ..defaults
     };
+    if opts.mtp > 0 && opts.concurrency > 1 {
+        return Err(EngineError::BadParams(format!(
+            "mtp {} with concurrency {}: MTP drafting decodes one sequence at a time; send \
+             \"mtp\": 0 to measure batched decoding",
+            opts.mtp, opts.concurrency
+        )));
+    }
     if opts.mtp > kore_engine::spec::MAX_DRAFTS {
         return Err(EngineError::BadParams(format!(
             "mtp {}: at most {} drafts per step",
@@ -99,6 +107,8 @@ pub fn run(
         measured_read_gbps: r.measured_read_gbps,
         prefill_tok_per_s: r.prefill_tok_per_s,
         decode_tok_per_s: r.decode_tok_per_s,
+        concurrency: u32::try_from(r.concurrency).unwrap_or(u32::MAX),
+        aggregate_decode_tok_per_s: r.aggregate_decode_tok_per_s,
         step_ms: r.step_ms,
         weight_bytes_per_step: r.weight_bytes_per_step as f64,
         achieved_gbps: r.achieved_gbps,

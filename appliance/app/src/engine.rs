@@ -1,25 +1,30 @@
 //! [`ModelEngine`]: `kore_service::Engine` over kore-engine.
 //!
-//! One request at a time, as the service schedules them:
+//! Up to [`ModelEngine::max_sequences`] requests at once, as the service
+//! schedules them:
 //! - `start` checks the prompt against the vocabulary and the context limit
-//!   and keeps it; nothing runs yet.
-//! - the first `step` prefills the whole prompt in one batched forward (the
-//!   same call `kore_engine::generate` makes, so greedy output is identical)
-//!   and samples the first token; every later `step` runs one decode forward
-//!   of the last token and samples the next.
-//! - with MTP drafting (`mtp` > 0, the model has an MTP head) the steps are
-//!   kore-engine's [`Speculator`]: the first step prefills and picks the first
-//!   token, every later step drafts, verifies in one batch and returns the
-//!   accepted drafts plus a bonus token (greedy output equals plain decoding;
-//!   the service's `tokens_per_step` is then > 1).
-//! - `finish` (end, cancel or failure) resets the sequence state, keeping its
-//!   allocations for the next request.
+//!   and keeps it with a fresh sequence state; nothing runs yet.
+//! - every `step` runs one forward over every plain (non-drafting) sequence
+//!   ([`kore_engine::Model::forward_batch`]: weights read once per step): a
+//!   prefill chunk of at most the prefill chunk size for a sequence still in
+//!   its prompt, one token for a decoding one. A sequence samples its next
+//!   token when its prompt's last chunk or its decode token ran. Each
+//!   sequence's tokens are those it gets alone (see kore-engine's
+//!   `tests/batch.rs` for the arithmetic).
+//! - with MTP drafting (`mtp` > 0, the model has an MTP head) a sequence runs
+//!   kore-engine's [`Speculator`] on its own within the step (drafting does
+//!   not batch yet): the first step prefills and picks the first token, every
+//!   later step drafts, verifies in one batch and returns the accepted drafts
+//!   plus a bonus token (greedy output equals plain decoding).
+//! - `finish` (end, cancel or failure) drops the sequence, keeping its state's
+//!   allocations for the next one.
 //!
 //! Stop tokens end a request in the service (the codec's stop ids); the
-//! engine also refuses to step past one, or past `max_tokens` or the context
-//! limit, so a caller bug cannot run the model off the end.
+//! engine also refuses to step a sequence past one, or past `max_tokens` or
+//! the context limit, so a caller bug cannot run the model off the end.
 
 use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -27,49 +32,45 @@ use core::fmt;
 
 use kore_engine::spec::MAX_DRAFTS;
 use kore_engine::{
-    ForwardError, Logits, Model, MtpError, Sampler, SamplingParams, SpecOptions, Speculator, State,
+    ForwardError, Model, MtpError, Sampler, SamplingParams, SeqInput, SpecOptions, Speculator,
+    State,
 };
-use kore_service::{BenchReport, BenchRequest, Engine, EngineError, EngineInfo, GenParams};
+use kore_service::{
+    BenchReport, BenchRequest, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut,
+};
 
 use crate::bench::{self, NsClock};
+use crate::seq::{Phase, Seq};
+use crate::sessions::{Checkpoint, Sessions};
 
-/// How the current request decodes.
-enum Decoder<'m> {
-    /// One token a step.
-    Plain {
-        sampler: Sampler,
-        /// The prompt, until the first step prefills it.
-        prompt: Option<Vec<u32>>,
-        /// The last sampled token (input of the next decode step).
-        last: Option<u32>,
-    },
-    /// MTP drafting, before the first step: the prompt, sampler and options.
-    SpecPending { prompt: Vec<u32>, sampler: Sampler, opts: SpecOptions },
-    /// MTP drafting after the prefill.
-    Spec(Box<Speculator<'m, 'm>>),
-}
+/// Sequences run together by default (see [`ModelEngine::with_max_sequences`]).
+pub const DEFAULT_MAX_SEQUENCES: usize = 8;
 
-/// The request being generated.
-struct Current<'m> {
-    decoder: Decoder<'m>,
-    generated: u32,
-    max_tokens: u32,
-    ended: bool,
-}
+/// Prompt tokens one sequence prefills per step by default.
+pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+
+/// Bytes of kept session states by default (see [`ModelEngine::with_session_budget`]).
+pub const DEFAULT_SESSION_BYTES: usize = 512 << 20;
 
 /// The real engine behind the chat service: a model (borrowed for `'m`, so
-/// that a speculative decoder can borrow it too), one reusable sequence
-/// state, the stop ids and the context limit.
+/// that a speculative decoder can borrow it too), the running sequences, the
+/// stop ids and the limits.
 pub struct ModelEngine<'m> {
     model: &'m Model<'m>,
     name: String,
-    state: State,
+    seqs: BTreeMap<SeqId, Seq<'m>>,
+    /// States of finished sequences, reset, kept for their allocations.
+    spare: Vec<State>,
+    max_sequences: usize,
+    /// KV positions all running sequences may reserve together (`None`: no limit).
+    kv_token_budget: Option<usize>,
+    prefill_chunk: usize,
+    sessions: Sessions,
     stop_ids: Vec<u32>,
     context_limit: u32,
     default_mtp: u32,
     clock: Option<NsClock>,
     bench_bytes: usize,
-    current: Option<Current<'m>>,
 }
 
 impl fmt::Debug for ModelEngine<'_> {
@@ -78,7 +79,7 @@ impl fmt::Debug for ModelEngine<'_> {
             .field("name", &self.name)
             .field("context_limit", &self.context_limit)
             .field("default_mtp", &self.default_mtp)
-            .field("busy", &self.current.is_some())
+            .field("running", &self.seqs.len())
             .finish_non_exhaustive()
     }
 }
@@ -90,18 +91,57 @@ impl<'m> ModelEngine<'m> {
     /// without `mtp` decode one token a step (see [`Self::with_default_mtp`]).
     pub fn new(model: &'m Model<'m>, name: impl Into<String>, stop_ids: Vec<u32>) -> Self {
         let limit = u32::try_from(model.config.max_position_embeddings).unwrap_or(u32::MAX);
-        let state = model.new_state();
         Self {
             model,
             name: name.into(),
-            state,
+            seqs: BTreeMap::new(),
+            spare: Vec::new(),
+            max_sequences: DEFAULT_MAX_SEQUENCES,
+            kv_token_budget: None,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            sessions: Sessions::new(DEFAULT_SESSION_BYTES),
             stop_ids,
             context_limit: limit,
             default_mtp: 0,
             clock: bench::default_clock(),
             bench_bytes: bench::DEFAULT_BUFFER_BYTES,
-            current: None,
         }
+    }
+
+    /// Runs at most `n` sequences together (at least 1); the service queues
+    /// further requests. Each sequence's KV cache grows with its context, up
+    /// to the context limit.
+    pub fn with_max_sequences(mut self, n: usize) -> Self {
+        self.max_sequences = n.max(1);
+        self
+    }
+
+    /// Starts a sequence only while the running ones' prompts plus
+    /// `max_tokens` and its own add up to at most `tokens` KV positions (the
+    /// guest's memory is sized for its context: one full-context sequence,
+    /// or several shorter ones); the service queues the rest.
+    pub fn with_kv_token_budget(mut self, tokens: usize) -> Self {
+        self.kv_token_budget = Some(tokens.max(1));
+        self
+    }
+
+    /// Keeps at most `bytes` of session states (docs/protocol.md,
+    /// "Sessions"); least recently used sessions are dropped beyond it.
+    pub fn with_session_budget(mut self, bytes: usize) -> Self {
+        self.sessions.set_budget(bytes);
+        self
+    }
+
+    /// Sessions kept now and the bytes of their states.
+    pub fn kept_sessions(&self) -> (usize, usize) {
+        (self.sessions.len(), self.sessions.bytes())
+    }
+
+    /// Prefills at most `tokens` prompt tokens of a sequence per step, so
+    /// that a long prompt does not stall the others' decoding (at least 1).
+    pub fn with_prefill_chunk(mut self, tokens: usize) -> Self {
+        self.prefill_chunk = tokens.max(1);
+        self
     }
 
     /// Lowers the context limit to `limit` tokens (never above the model's).
@@ -142,8 +182,8 @@ impl<'m> ModelEngine<'m> {
         self.context_limit
     }
 
-    /// The decoder for a request asking for `mtp` drafts per step.
-    fn decoder(&self, prompt: &[u32], params: &GenParams) -> Result<Decoder<'m>, EngineError> {
+    /// The decoding phase for a request asking for `mtp` drafts per step.
+    fn phase(&self, prompt: &[u32], params: &GenParams) -> Result<Phase<'m>, EngineError> {
         let sampler = Sampler::new(sampling(params));
         let drafts = match params.mtp {
             Some(n) if n as usize > MAX_DRAFTS => {
@@ -161,14 +201,14 @@ impl<'m> ModelEngine<'m> {
             None => 0,
         };
         if drafts == 0 {
-            return Ok(Decoder::Plain { sampler, prompt: Some(prompt.to_vec()), last: None });
+            return Ok(Phase::Plain { sampler, input: prompt.to_vec() });
         }
         let vocab = self.model.config.vocab_size;
         let opts = SpecOptions {
             draft_vocab: kore_engine::spec::draft_vocab(vocab),
             ..SpecOptions::new(drafts)
         };
-        Ok(Decoder::SpecPending { prompt: prompt.to_vec(), sampler, opts })
+        Ok(Phase::SpecPending { prompt: prompt.to_vec(), sampler, opts })
     }
 }
 
@@ -209,10 +249,29 @@ impl Engine for ModelEngine<'_> {
         }
     }
 
-    fn start(&mut self, prompt: &[u32], params: &GenParams) -> Result<(), EngineError> {
-        if self.current.is_some() {
-            return Err(EngineError::Internal(String::from(
-                "engine: a request is already running (finish was not called)",
+    fn max_sequences(&self) -> usize {
+        self.max_sequences
+    }
+
+    fn has_room(&self, prompt_tokens: usize, max_tokens: u32) -> bool {
+        let Some(budget) = self.kv_token_budget else { return true };
+        let room = self.context_limit.saturating_sub(prompt_tokens as u32);
+        let wanted = prompt_tokens + max_tokens.min(room) as usize;
+        let reserved: usize = self.seqs.values().map(|s| s.reserved).sum();
+        reserved + wanted <= budget
+    }
+
+    fn start(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        params: &GenParams,
+    ) -> Result<u32, EngineError> {
+        if self.seqs.len() >= self.max_sequences || self.seqs.contains_key(&seq) {
+            return Err(EngineError::Internal(format!(
+                "engine: cannot start sequence {seq} ({} of {} running, ids must be new)",
+                self.seqs.len(),
+                self.max_sequences
             )));
         }
         if prompt.is_empty() {
@@ -232,35 +291,92 @@ impl Engine for ModelEngine<'_> {
                 self.context_limit
             )));
         }
-        let decoder = self.decoder(prompt, params)?;
+        let mut phase = self.phase(prompt, params)?;
         let room = self.context_limit - len;
-        self.current = Some(Current {
-            decoder,
+        // Sessions continue plain sequences only (drafting keeps no token record).
+        let session = params.session.clone().filter(|_| matches!(phase, Phase::Plain { .. }));
+        let kept = session.as_deref().and_then(|name| self.sessions.take(name, prompt));
+        let kept = match kept {
+            None if session.is_some() => self.sessions.shared_for(prompt),
+            kept => kept,
+        };
+        let (state, ran) = match kept {
+            Some(c) => (c.state, c.tokens),
+            None => (self.spare.pop().unwrap_or_else(|| self.model.new_state()), Vec::new()),
+        };
+        if let Phase::Plain { input, .. } = &mut phase {
+            input.drain(..ran.len());
+        }
+        let cached = ran.len() as u32;
+        let entry = Seq {
+            state,
+            phase,
             generated: 0,
             max_tokens: params.max_tokens.min(room),
+            reserved: prompt.len() + params.max_tokens.min(room) as usize,
             ended: params.max_tokens == 0,
-        });
-        Ok(())
-    }
-
-    fn step(&mut self, out: &mut Vec<u32>) -> Result<(), EngineError> {
-        let Some(mut cur) = self.current.take() else {
-            return Err(EngineError::Internal(String::from("engine: step without a request")));
+            session,
+            ran,
+            mark: params.checkpoint_at.map(|m| m as usize).filter(|&m| m > cached as usize),
+            checkpoints: Vec::new(),
+            shared_at: params.shared_at.map(|m| m as usize).filter(|&m| m > cached as usize),
+            shared: None,
         };
-        let result = self.step_current(&mut cur, out);
-        self.current = Some(cur);
-        result
+        self.seqs.insert(seq, entry);
+        Ok(cached)
     }
 
-    fn finish(&mut self) {
-        self.current = None;
-        self.state.reset();
+    fn step(&mut self, out: &mut Vec<StepOut>) {
+        let mut produced: BTreeMap<SeqId, Result<Vec<u32>, EngineError>> = BTreeMap::new();
+        for (&id, s) in &self.seqs {
+            if s.ended || s.generated >= s.max_tokens {
+                let e = "engine: step after the request ended (stop token, max_tokens or context \
+                         limit)";
+                produced.insert(id, Err(EngineError::Internal(String::from(e))));
+            }
+        }
+        self.step_plain(&mut produced);
+        self.step_spec(&mut produced);
+        for (seq, result) in produced {
+            let result = result.map(|mut tokens| {
+                if let Some(s) = self.seqs.get_mut(&seq) {
+                    tokens.truncate(s.left());
+                    s.count(&tokens, &self.stop_ids);
+                }
+                tokens
+            });
+            if result.is_err() {
+                if let Some(s) = self.seqs.get_mut(&seq) {
+                    s.ended = true;
+                }
+            }
+            out.push(StepOut { seq, result });
+        }
+    }
+
+    fn finish(&mut self, seq: SeqId) {
+        let Some(mut s) = self.seqs.remove(&seq) else { return };
+        let Some(name) = s.session.take() else {
+            s.state.reset();
+            return self.spare.push(s.state);
+        };
+        if let Some(shared) = s.shared.take() {
+            self.sessions.share(shared);
+        }
+        let mut checkpoints = core::mem::take(&mut s.checkpoints);
+        checkpoints.retain(|c| c.tokens.len() < s.ran.len());
+        // A chat's state after its answer never prefixes the next turn (the
+        // template drops the `<think>` block): keep only the mark's then.
+        if s.mark.is_none() || checkpoints.is_empty() {
+            checkpoints.push(Checkpoint { tokens: s.ran, state: s.state });
+        }
+        self.sessions.keep(name, checkpoints);
     }
 
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {
-        if self.current.is_some() {
+        if !self.seqs.is_empty() {
             return Err(EngineError::Internal(String::from(
-                "engine: bench while a request is running (finish was not called)",
+                "engine: bench while requests are running (finish was not called)",
             )));
         }
         let clock = self.clock.ok_or_else(|| {
@@ -273,66 +389,71 @@ impl Engine for ModelEngine<'_> {
 }
 
 impl<'m> ModelEngine<'m> {
-    fn step_current(
-        &mut self,
-        cur: &mut Current<'m>,
-        out: &mut Vec<u32>,
-    ) -> Result<(), EngineError> {
-        if cur.ended || cur.generated >= cur.max_tokens {
-            cur.ended = true;
-            return Err(EngineError::Internal(String::from(
-                "engine: step after the request ended (stop token, max_tokens or context limit)",
-            )));
+    /// One batched forward over every plain sequence not yet reported in
+    /// `produced`; a sequence the model refuses is reported failed and the
+    /// rest run without it.
+    fn step_plain(&mut self, produced: &mut BTreeMap<SeqId, Result<Vec<u32>, EngineError>>) {
+        let chunk = self.prefill_chunk;
+        loop {
+            let mut ids = Vec::new();
+            let mut inputs = Vec::new();
+            for (&id, s) in self.seqs.iter_mut() {
+                let Some((n, last)) = s.next_input(chunk) else { continue };
+                if produced.contains_key(&id) {
+                    continue;
+                }
+                let Phase::Plain { input, .. } = &s.phase else { continue };
+                ids.push((id, n));
+                inputs.push(SeqInput { state: &mut s.state, tokens: &input[..n], logits: last });
+            }
+            if inputs.is_empty() {
+                return;
+            }
+            match self.model.forward_batch(&mut inputs) {
+                Ok(logits) => {
+                    drop(inputs);
+                    for ((id, n), l) in ids.into_iter().zip(logits) {
+                        let mut tokens = Vec::new();
+                        if let Some(s) = self.seqs.get_mut(&id) {
+                            s.absorb(n, (!l.is_empty()).then_some(&l[..]), &mut tokens);
+                        }
+                        produced.insert(id, Ok(tokens));
+                    }
+                    return;
+                }
+                Err(e) => {
+                    produced.insert(ids[e.index].0, Err(forward_error(e.error)));
+                }
+            }
         }
-        let start = out.len();
-        let left = (cur.max_tokens - cur.generated) as usize;
-        self.decode(&mut cur.decoder, left, out)?;
-        out.truncate(start + left);
-        let produced = &out[start..];
-        cur.generated += produced.len() as u32;
-        cur.ended =
-            produced.iter().any(|t| self.stop_ids.contains(t)) || cur.generated >= cur.max_tokens;
-        Ok(())
     }
 
-    /// Runs one step of `decoder`, appending its tokens (at least one) to `out`.
-    fn decode(
-        &mut self,
-        decoder: &mut Decoder<'m>,
-        left: usize,
-        out: &mut Vec<u32>,
-    ) -> Result<(), EngineError> {
+    /// One speculative step of every MTP sequence, one after the other.
+    fn step_spec(&mut self, produced: &mut BTreeMap<SeqId, Result<Vec<u32>, EngineError>>) {
         let model = self.model;
-        match decoder {
-            Decoder::Plain { sampler, prompt, last } => {
-                let logits = match (prompt.take(), *last) {
-                    (Some(p), _) => {
-                        self.state.reset();
-                        model.forward(&mut self.state, &p, Logits::Last)
-                    }
-                    (None, Some(t)) => model.forward(&mut self.state, &[t], Logits::Last),
-                    (None, None) => {
-                        return Err(EngineError::Internal(String::from("engine: no input")))
+        for (&id, s) in self.seqs.iter_mut() {
+            if produced.contains_key(&id) || matches!(s.phase, Phase::Plain { .. }) {
+                continue;
+            }
+            let left = s.left();
+            let result = match &mut s.phase {
+                Phase::SpecPending { prompt, sampler, opts } => {
+                    let sampler =
+                        core::mem::replace(sampler, Sampler::new(SamplingParams::greedy()));
+                    match Speculator::start(model, &mut s.state, prompt, sampler, *opts) {
+                        Ok(sp) => {
+                            let first = sp.pending();
+                            s.phase = Phase::Spec(Box::new(sp));
+                            Ok(alloc::vec![first])
+                        }
+                        Err(e) => Err(mtp_error(e)),
                     }
                 }
-                .map_err(forward_error)?;
-                let next = sampler.sample(&logits);
-                *last = Some(next);
-                out.push(next);
-            }
-            Decoder::SpecPending { prompt, sampler, opts } => {
-                self.state.reset();
-                let sampler = core::mem::replace(sampler, Sampler::new(SamplingParams::greedy()));
-                let sp = Speculator::start(model, &mut self.state, prompt, sampler, *opts)
-                    .map_err(mtp_error)?;
-                out.push(sp.pending());
-                *decoder = Decoder::Spec(Box::new(sp));
-            }
-            // Drafts beyond the remaining budget would be wasted: `left - 1`.
-            Decoder::Spec(sp) => {
-                out.extend(sp.step(&mut self.state, left.saturating_sub(1)).map_err(mtp_error)?)
-            }
+                // Drafts beyond the remaining budget would be wasted: `left - 1`.
+                Phase::Spec(sp) => sp.step(&mut s.state, left.saturating_sub(1)).map_err(mtp_error),
+                Phase::Plain { .. } => continue,
+            };
+            produced.insert(id, result);
         }
-        Ok(())
     }
 }

@@ -5,10 +5,12 @@
 //! (`kore-launch --native`, tests).
 //!
 //! - [`ModelEngine`]: `kore_service::Engine` over a borrowed [`kore_engine::Model`],
-//!   one sequence [`kore_engine::State`] reused across requests, a
-//!   [`kore_engine::Sampler`] per request, MTP drafting ([`kore_engine::Speculator`])
-//!   when a request asks for it, and `{"op":"bench"}` through [`bench`] (kore-engine's
-//!   benchmark, the same as `kore-launch bench --native`).
+//!   up to [`ModelEngine::with_max_sequences`] requests decoded together (one
+//!   batched forward per step, prompts prefilled in chunks between decode
+//!   steps), a [`kore_engine::Sampler`] per request, MTP drafting
+//!   ([`kore_engine::Speculator`], one sequence at a time) when a request asks
+//!   for it, and `{"op":"bench"}` through [`bench`] (kore-engine's benchmark,
+//!   the same as `kore-launch bench --native`).
 //! - [`TokenizerCodec`]: `kore_service::Codec` over a shared
 //!   [`kore_tokenizer::Tokenizer`] (raw prompts, the Qwen3.5 chat template with
 //!   thinking on/off, stop ids) with [`OwnedDecoder`], a streaming decoder that
@@ -23,6 +25,8 @@ extern crate alloc;
 pub mod bench;
 pub mod codec;
 pub mod engine;
+mod seq;
+mod sessions;
 
 pub use codec::{default_stop_ids, OwnedDecoder, TokenizerCodec};
 pub use engine::ModelEngine;

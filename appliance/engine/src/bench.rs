@@ -8,6 +8,8 @@
 //!    weight kernels' software prefetch; best pass
 //! 2. prefill: one forward over a `prompt_tokens` prompt (logits of the last)
 //! 3. decode:  `decode_tokens` greedy single-token steps from the prefilled state
+//!    (with `concurrency = C > 1`: C copies of it decode together, one
+//!    `Model::forward_batch` a step; tok/s per sequence and all together)
 //! 4. with `mtp = N > 0` (and an MTP head): `rounds` rounds, each one plain
 //!    decode (as 3) and one speculative decode of `decode_tokens` greedy tokens
 //!    (N drafts every step, untimed fresh prefill first), in ABBA order so drift
@@ -21,7 +23,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::model::{Logits, Model};
+use crate::model::{Logits, Model, SeqInput};
 use crate::pool::{split, Parallel};
 use crate::sampling::{argmax, Sampler, SamplingParams};
 use crate::simd::{self, Path};
@@ -44,6 +46,9 @@ pub struct BenchOptions {
     /// Draft vocabulary with `mtp > 0` (lm_head rows the drafts score; 0:
     /// [`crate::spec::draft_vocab`] of the model's vocabulary).
     pub draft_vocab: usize,
+    /// Sequences decoding together (plain decoding only): each step is one
+    /// [`Model::forward_batch`] over all of them.
+    pub concurrency: usize,
 }
 
 impl Default for BenchOptions {
@@ -55,6 +60,7 @@ impl Default for BenchOptions {
             mtp: 0,
             rounds: 2,
             draft_vocab: 0,
+            concurrency: 1,
         }
     }
 }
@@ -66,8 +72,12 @@ pub struct BenchReport {
     pub measured_read_gbps: f64,
     /// Prompt tokens per second.
     pub prefill_tok_per_s: f64,
-    /// Generated tokens per second.
+    /// Generated tokens per second of one sequence.
     pub decode_tok_per_s: f64,
+    /// Sequences decoding together.
+    pub concurrency: usize,
+    /// Generated tokens per second of all sequences together.
+    pub aggregate_decode_tok_per_s: f64,
     /// Milliseconds per decode step.
     pub step_ms: f64,
     /// Weight bytes one decode step streams.
@@ -175,6 +185,8 @@ pub enum BenchError {
     Forward(crate::ForwardError),
     /// The MTP speculator (e.g. `mtp > 0` on a model without an MTP head).
     Mtp(crate::MtpError),
+    /// `mtp > 0` with `concurrency > 1`: drafting decodes one sequence at a time.
+    MtpConcurrency,
 }
 
 impl core::fmt::Display for BenchError {
@@ -182,6 +194,10 @@ impl core::fmt::Display for BenchError {
         match self {
             BenchError::Forward(e) => e.fmt(f),
             BenchError::Mtp(e) => e.fmt(f),
+            BenchError::MtpConcurrency => write!(
+                f,
+                "MTP drafting decodes one sequence at a time: use concurrency 1 with mtp > 0"
+            ),
         }
     }
 }
@@ -220,6 +236,10 @@ pub fn run_with_prompt(
     if opts.mtp > 0 && !model.has_mtp() {
         return Err(crate::MtpError::NoMtpHead.into());
     }
+    if opts.mtp > 0 && opts.concurrency > 1 {
+        return Err(BenchError::MtpConcurrency);
+    }
+    let seqs = opts.concurrency.max(1);
     progress(format!("prefill: {} tokens", p.len()));
     let mut prefilled = model.new_state();
     let t0 = clock();
@@ -233,7 +253,7 @@ pub fn run_with_prompt(
     let first = argmax(&logits);
     let steps = opts.decode_tokens.max(1);
     let (decode, mtp) = if opts.mtp == 0 {
-        (decode_plain(model, &prefilled, first, steps, clock, progress)?, None)
+        (decode_plain(model, &prefilled, (first, seqs), steps, clock, progress)?, None)
     } else {
         let mut plain = Decode::default();
         let mut spec = SpecRun::default();
@@ -241,7 +261,8 @@ pub fn run_with_prompt(
             // ABBA: plain first in even rounds, speculative first in odd ones.
             for part in [r % 2, 1 - r % 2] {
                 if part == 0 {
-                    plain.add(decode_plain(model, &prefilled, first, steps, clock, progress)?);
+                    let d = decode_plain(model, &prefilled, (first, 1), steps, clock, progress)?;
+                    plain.add(d);
                 } else {
                     spec.add(decode_mtp(model, &p, steps, opts, clock, progress)?);
                 }
@@ -256,6 +277,8 @@ pub fn run_with_prompt(
         measured_read_gbps: read_gbps,
         prefill_tok_per_s,
         decode_tok_per_s: decode.tok_per_s(),
+        concurrency: seqs,
+        aggregate_decode_tok_per_s: decode.tok_per_s() * seqs as f64,
         step_ms: step_s * 1e3,
         weight_bytes_per_step: decode.bytes,
         achieved_gbps,
@@ -292,22 +315,38 @@ impl Decode {
     }
 }
 
-/// Greedy plain decoding of `steps` tokens (one a step) from a copy of
-/// `prefilled`, starting with `first`.
+/// Greedy plain decoding of `steps` tokens (one a step) by each of `seqs`
+/// copies of `prefilled` together, starting with `first`; `tokens` counts
+/// one sequence's.
 fn decode_plain(
     model: &Model<'_>,
     prefilled: &State,
-    first: u32,
+    (first, seqs): (u32, usize),
     steps: usize,
     clock: Clock<'_>,
     progress: &mut dyn FnMut(String),
 ) -> Result<Decode, BenchError> {
-    let mut state = prefilled.clone();
-    let mut next = first;
+    let mut states = alloc::vec![prefilled.clone(); seqs];
+    let mut next = alloc::vec![first; seqs];
     let t0 = clock();
     for i in 0..steps {
-        let logits = model.forward(&mut state, &[next], Logits::Last)?;
-        next = argmax(&logits);
+        if seqs == 1 {
+            next[0] = argmax(&model.forward(&mut states[0], &[next[0]], Logits::Last)?);
+        } else {
+            let mut inputs: Vec<SeqInput<'_>> = states
+                .iter_mut()
+                .zip(&next)
+                .map(|(state, t)| SeqInput {
+                    state,
+                    tokens: core::slice::from_ref(t),
+                    logits: true,
+                })
+                .collect();
+            let logits = model.forward_batch(&mut inputs).map_err(|e| e.error)?;
+            for (n, l) in next.iter_mut().zip(&logits) {
+                *n = argmax(l);
+            }
+        }
         if (i + 1) % 32 == 0 {
             progress(format!("decode: {}/{steps}", i + 1));
         }

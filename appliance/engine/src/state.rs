@@ -189,6 +189,20 @@ impl State {
         &self.layers
     }
 
+    /// Bytes the state holds: KV caches, DeltaNet conv and recurrent states,
+    /// the last hidden state.
+    pub fn bytes(&self) -> usize {
+        let f32s: usize = self
+            .layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Linear { conv, recurrent } => conv.len() + recurrent.len(),
+                LayerState::Full { .. } => 0,
+            })
+            .sum();
+        (f32s + self.last_hidden.len()) * 4 + self.kv_bytes()
+    }
+
     /// Bytes of attention keys and values cached.
     pub fn kv_bytes(&self) -> usize {
         self.layers

@@ -24,6 +24,16 @@ pub struct GenParams {
     /// Draft tokens per step for multi-token prediction; `None` = engine default,
     /// `Some(0)` = drafting off.
     pub mtp: Option<u32>,
+    /// Session name: the engine may continue the state it kept for it and
+    /// keeps this request's state for it afterwards.
+    pub session: Option<String>,
+    /// With a session: a prompt position to keep a checkpoint at besides the
+    /// prompt's end (the service gives the start of a chat prompt's
+    /// generation-prompt thinking block, which later turns render differently).
+    pub checkpoint_at: Option<u32>,
+    /// With a session: the end of a prefix other sessions may share (a chat
+    /// prompt's system turn), kept once for all of them.
+    pub shared_at: Option<u32>,
 }
 
 impl Default for GenParams {
@@ -36,6 +46,9 @@ impl Default for GenParams {
             min_p: 0.0,
             seed: 0,
             mtp: None,
+            session: None,
+            checkpoint_at: None,
+            shared_at: None,
         }
     }
 }
@@ -64,26 +77,59 @@ pub enum EngineError {
     Internal(String),
 }
 
-/// The inference engine as the scheduler drives it: one request at a time,
-/// one step per call, so that the caller can do I/O and notice cancellations
-/// between steps.
+/// Names one sequence (one running request) inside the engine; chosen by
+/// the service, unique among the sequences started and not yet finished.
+pub type SeqId = u64;
+
+/// What one [`Engine::step`] did for one sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepOut {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Its new tokens (none while still prefilling; 1 + accepted drafts when
+    /// decoding), or why it failed (the service then finishes it).
+    pub result: Result<Vec<u32>, EngineError>,
+}
+
+/// The inference engine as the scheduler drives it: up to
+/// [`Engine::max_sequences`] requests at once, every step advancing all of
+/// them together (one forward over every sequence), so that the caller can
+/// do I/O and notice cancellations between steps.
 pub trait Engine {
     /// Model facts; called once when the service is created.
     fn info(&self) -> EngineInfo;
 
-    /// Begins a request on `prompt` (never empty, and shorter than the context
-    /// limit). The engine may prefill here or spread prefill over `step` calls.
-    fn start(&mut self, prompt: &[u32], params: &GenParams) -> Result<(), EngineError>;
+    /// Sequences the engine runs together at most (at least 1); the service
+    /// queues requests beyond it.
+    fn max_sequences(&self) -> usize {
+        1
+    }
 
-    /// Advances the current request by one step, appending the tokens it
-    /// produced (0 while still prefilling; 1 + accepted drafts when decoding)
-    /// to `out`. A step should take bounded time (one prefill chunk or one
-    /// decode step) so cancellations are seen promptly.
-    fn step(&mut self, out: &mut Vec<u32>) -> Result<(), EngineError>;
+    /// Whether a request of `prompt_tokens` that may generate `max_tokens`
+    /// fits in the engine's memory beside the sequences running now; the
+    /// service keeps it queued until it does. A request is always started
+    /// when nothing runs (its context limit bounds it).
+    fn has_room(&self, prompt_tokens: usize, max_tokens: u32) -> bool {
+        let _ = (prompt_tokens, max_tokens);
+        true
+    }
 
-    /// Ends the current request (finished, cancelled or failed) and frees its
+    /// Begins sequence `seq` on `prompt` (never empty, and shorter than the
+    /// context limit) and returns how many of its first tokens are served
+    /// from a kept session state (`stats.cached_tokens`). The engine may
+    /// prefill here or spread prefill over `step` calls.
+    fn start(&mut self, seq: SeqId, prompt: &[u32], params: &GenParams)
+        -> Result<u32, EngineError>;
+
+    /// Advances every started sequence by one step and reports each in
+    /// `out` (in no particular order). A step should take bounded time (one
+    /// prefill chunk or one decode step per sequence) so cancellations are
+    /// seen promptly.
+    fn step(&mut self, out: &mut Vec<StepOut>);
+
+    /// Ends sequence `seq` (finished, cancelled or failed) and frees its
     /// state. Called exactly once after every successful `start`.
-    fn finish(&mut self);
+    fn finish(&mut self, seq: SeqId);
 
     /// Runs the in-guest benchmark (`{"op":"bench"}`); blocks until done.
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {
@@ -109,6 +155,8 @@ pub struct BenchRequest {
     pub mtp: Option<u32>,
     /// Worker threads (`None` = all vCPUs).
     pub threads: Option<u32>,
+    /// Sequences decoding together (`None` = 1).
+    pub concurrency: Option<u32>,
 }
 
 /// Benchmark results, field for field the `kore-launch bench --json` object.
@@ -118,8 +166,12 @@ pub struct BenchReport {
     pub measured_read_gbps: f64,
     /// Prefill throughput, tokens/s.
     pub prefill_tok_per_s: f64,
-    /// Decode throughput, tokens/s.
+    /// Decode throughput of one sequence, tokens/s.
     pub decode_tok_per_s: f64,
+    /// Sequences decoding together.
+    pub concurrency: u32,
+    /// Decode throughput of all sequences together, tokens/s.
+    pub aggregate_decode_tok_per_s: f64,
     /// Mean decode step time, ms.
     pub step_ms: f64,
     /// Weight bytes read per decode step.

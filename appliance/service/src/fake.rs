@@ -6,12 +6,15 @@
 //! special tokens. The fake engine either echoes the prompt's bytes back or
 //! plays a script, then repeats a filler token forever.
 
+use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::cell::Cell;
 
 use crate::codec::{ChatMessage, Codec, StreamDecode};
-use crate::engine::{BenchReport, BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams};
+use crate::engine::{
+    BenchReport, BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut,
+};
 
 /// `<|endoftext|>`.
 pub const END_OF_TEXT: u32 = 256;
@@ -151,6 +154,10 @@ pub struct FakeEngine {
     pub prefill_steps: u32,
     /// Return an internal error at this step index (0-based) of a request.
     pub fail_at_step: Option<u32>,
+    /// Requests run together at most (default 1: one at a time).
+    pub max_sequences: usize,
+    /// Most requests seen running in one step.
+    pub peak_batch: usize,
     /// Context limit reported by `info`.
     pub context_limit: u32,
     /// Prompt and parameters of every started request.
@@ -159,7 +166,7 @@ pub struct FakeEngine {
     pub finished: u32,
     /// Total `step` calls.
     pub steps: u64,
-    current: Option<Run>,
+    runs: BTreeMap<SeqId, Run>,
 }
 
 #[derive(Debug)]
@@ -178,11 +185,13 @@ impl FakeEngine {
             filler: u32::from(b'.'),
             prefill_steps: 0,
             fail_at_step: None,
+            max_sequences: 1,
+            peak_batch: 0,
             context_limit,
             started: Vec::new(),
             finished: 0,
             steps: 0,
-            current: None,
+            runs: BTreeMap::new(),
         }
     }
 
@@ -212,52 +221,66 @@ impl Engine for FakeEngine {
         }
     }
 
-    fn start(&mut self, prompt: &[u32], params: &GenParams) -> Result<(), EngineError> {
-        if self.current.is_some() {
-            return Err(EngineError::Internal(String::from("start while a request is running")));
+    fn max_sequences(&self) -> usize {
+        self.max_sequences
+    }
+
+    fn start(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        params: &GenParams,
+    ) -> Result<u32, EngineError> {
+        if self.runs.len() >= self.max_sequences || self.runs.contains_key(&seq) {
+            return Err(EngineError::Internal(String::from("start past the sequence limit")));
         }
         self.started.push((prompt.to_vec(), params.clone()));
         let output = match &self.behaviour {
             Behaviour::Echo => Self::echo(prompt),
             Behaviour::Script(s) => s.clone(),
         };
-        self.current =
-            Some(Run { output, pos: 0, step: 0, per_step: 1 + params.mtp.unwrap_or(0) as usize });
-        Ok(())
+        let per_step = 1 + params.mtp.unwrap_or(0) as usize;
+        self.runs.insert(seq, Run { output, pos: 0, step: 0, per_step });
+        Ok(0)
     }
 
-    fn step(&mut self, out: &mut Vec<u32>) -> Result<(), EngineError> {
+    fn step(&mut self, out: &mut Vec<StepOut>) {
         self.steps += 1;
+        self.peak_batch = self.peak_batch.max(self.runs.len());
         let filler = self.filler;
         let (prefill, fail) = (self.prefill_steps, self.fail_at_step);
-        let Some(run) = self.current.as_mut() else {
-            return Err(EngineError::Internal(String::from("step without start")));
-        };
-        let step = run.step;
-        run.step += 1;
-        if fail == Some(step) {
-            return Err(EngineError::Internal(String::from("injected failure")));
+        for (&seq, run) in self.runs.iter_mut() {
+            let step = run.step;
+            run.step += 1;
+            let result = if fail == Some(step) {
+                Err(EngineError::Internal(String::from("injected failure")))
+            } else {
+                // The first token comes from prefill alone; drafting starts after it.
+                let n = match step {
+                    s if s < prefill => 0,
+                    s if s == prefill => 1,
+                    _ => run.per_step,
+                };
+                let mut tokens = Vec::with_capacity(n);
+                for _ in 0..n {
+                    tokens.push(run.output.get(run.pos).copied().unwrap_or(filler));
+                    run.pos += 1;
+                }
+                Ok(tokens)
+            };
+            out.push(StepOut { seq, result });
         }
-        if step < prefill {
-            return Ok(());
-        }
-        // The first token comes from prefill alone; drafting starts after it.
-        let n = if step == prefill { 1 } else { run.per_step };
-        for _ in 0..n {
-            out.push(run.output.get(run.pos).copied().unwrap_or(filler));
-            run.pos += 1;
-        }
-        Ok(())
     }
 
-    fn finish(&mut self) {
+    fn finish(&mut self, seq: SeqId) {
         self.finished += 1;
-        self.current = None;
+        self.runs.remove(&seq);
     }
 
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {
         Ok(BenchReport {
             threads: request.threads.unwrap_or(1),
+            concurrency: request.concurrency.unwrap_or(1),
             tokens_per_step: 1.0 + f64::from(request.mtp.unwrap_or(0)),
             ..BenchReport::default()
         })

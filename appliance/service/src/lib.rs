@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 extern crate alloc;
 
+mod active;
 pub mod codec;
 pub mod connection;
 pub mod emit;
@@ -27,7 +28,8 @@ pub mod service;
 
 pub use codec::{ChatMessage, Codec, Role, StreamDecode};
 pub use engine::{
-    BenchReport, BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams, MtpBench,
+    BenchReport, BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams, MtpBench, SeqId,
+    StepOut,
 };
 pub use request::ErrorCode;
 pub use service::{Config, ConnId, Service, PROTOCOL_VERSION};

@@ -103,7 +103,12 @@ pub struct GenerateRequest {
     pub thinking: bool,
     /// Stop strings (applied to the answer text).
     pub stop: Vec<String>,
+    /// Session whose kept state the request may continue (and then keeps).
+    pub session: Option<String>,
 }
+
+/// Longest accepted session name in bytes.
+pub const MAX_SESSION_BYTES: usize = 256;
 
 /// One parsed request line.
 #[derive(Debug, Clone, PartialEq)]
@@ -214,6 +219,7 @@ const GENERATE_KEYS: &[&str] = &[
     "thinking",
     "mtp",
     "stop",
+    "session",
 ];
 
 fn parse_generate(obj: &Map<String, Value>, id: Id) -> Result<GenerateRequest, String> {
@@ -240,6 +246,15 @@ fn parse_generate(obj: &Map<String, Value>, id: Id) -> Result<GenerateRequest, S
     let seed = opt_uint(obj, "seed", 0, u64::MAX)?.unwrap_or(0);
     let mtp = opt_uint(obj, "mtp", 0, MAX_MTP)?.map(|v| v as u32);
     let stop = parse_stop(obj.get("stop"))?;
+    let session = match obj.get("session") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_SESSION_BYTES => Some(s.clone()),
+        Some(_) => {
+            return Err(format!(
+                "\"session\" must be a non-empty string of at most {MAX_SESSION_BYTES} bytes"
+            ))
+        }
+    };
     Ok(GenerateRequest {
         id,
         input,
@@ -252,6 +267,7 @@ fn parse_generate(obj: &Map<String, Value>, id: Id) -> Result<GenerateRequest, S
         mtp,
         thinking,
         stop,
+        session,
     })
 }
 
@@ -389,7 +405,10 @@ fn opt_float(
 }
 
 fn parse_bench(obj: &Map<String, Value>) -> Result<BenchRequest, String> {
-    only_keys(obj, &["op", "id", "prompt_tokens", "decode_tokens", "mtp", "threads"])?;
+    only_keys(
+        obj,
+        &["op", "id", "prompt_tokens", "decode_tokens", "mtp", "threads", "concurrency"],
+    )?;
     let small = |k: &str, min: u64, max: u64| -> Result<Option<u32>, String> {
         Ok(opt_uint(obj, k, min, max)?.map(|v| v as u32))
     };
@@ -398,6 +417,7 @@ fn parse_bench(obj: &Map<String, Value>) -> Result<BenchRequest, String> {
         decode_tokens: small("decode_tokens", 1, 1 << 20)?,
         mtp: small("mtp", 0, MAX_MTP)?,
         threads: small("threads", 1, 4096)?,
+        concurrency: small("concurrency", 1, 256)?,
     })
 }
 

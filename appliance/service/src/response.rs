@@ -35,6 +35,8 @@ pub enum Finish {
 pub struct Stats {
     /// Prompt length in tokens.
     pub prompt_tokens: u32,
+    /// Prompt tokens served from the request's session state (0 when none).
+    pub cached_tokens: u32,
     /// Tokens in `token_ids`.
     pub generated_tokens: u32,
     /// Time from starting the request until its first token, ms.
@@ -113,15 +115,21 @@ pub struct InfoBody {
     pub version: &'static str,
     /// Protocol revision (this document: 1).
     pub protocol: u32,
-    /// Scheduling policy: `"fifo"` (one request at a time).
+    /// Scheduling policy: `"batched"` (up to `max_active` requests decode
+    /// together, the rest wait in order) or `"fifo"` (an engine that runs one
+    /// request at a time).
     pub scheduling: &'static str,
+    /// Requests the engine runs together at most.
+    pub max_active: usize,
+    /// Requests running now.
+    pub active: usize,
     /// Longest accepted request line in bytes.
     pub max_line_bytes: usize,
     /// Queue capacity (requests waiting, not counting the running one).
     pub queue_limit: usize,
     /// Requests waiting now.
     pub queued: usize,
-    /// Whether a request is running now.
+    /// Whether any request is running now.
     pub busy: bool,
     /// Open connections.
     pub connections: usize,

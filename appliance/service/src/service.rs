@@ -1,19 +1,27 @@
-//! The scheduler: owns the connections, the FIFO request queue and the
-//! engine. Transports feed it bytes and connection events and call
-//! [`Service::poll`] to advance work one engine step at a time; everything is
-//! plain data, with no threads, no clock of its own and no I/O.
+//! The scheduler: owns the connections, the request queue and the engine.
+//! Up to the engine's [`Engine::max_sequences`] requests run together (each
+//! engine step advances all of them), the rest wait in arrival order; a
+//! `bench` waits until nothing runs. Transports feed it bytes and connection
+//! events and call [`Service::poll`] to advance work one engine step at a
+//! time; everything is plain data, with no threads, no clock of its own and
+//! no I/O.
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+mod intake;
+
+use crate::active::Active;
 use crate::codec::Codec;
 use crate::connection::{ConnState, Connection};
 use crate::emit::{Deltas, Emitter, Mode};
-use crate::engine::{BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams};
+use crate::engine::{
+    BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut,
+};
 use crate::framing::Frame;
-use crate::request::{parse_line, ErrorCode, GenerateRequest, Id, Input, Request};
+use crate::request::{parse_line, ErrorCode, Id, Request};
 use crate::response::{
     BenchEvent, DeltaEvent, DoneEvent, ErrorBody, ErrorEvent, Finish, InfoBody, InfoEvent, Stats,
 };
@@ -26,7 +34,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub struct Config {
     /// Longest request line in bytes (newline excluded).
     pub max_line_bytes: usize,
-    /// Requests that may wait behind the running one.
+    /// Requests that may wait behind the running ones.
     pub queue_limit: usize,
     /// Open connections; more are answered `overloaded` and closed.
     pub max_connections: usize,
@@ -64,24 +72,6 @@ struct Job {
     kind: JobKind,
 }
 
-/// The request being generated.
-#[derive(Debug)]
-struct Active<D> {
-    conn: ConnId,
-    id: Id,
-    key: String,
-    chat: bool,
-    prompt_tokens: u32,
-    max_tokens: u32,
-    emitter: Emitter<D>,
-    tokens: Vec<u32>,
-    t_start: u64,
-    t_first: Option<u64>,
-    t_last: u64,
-    decode_tokens: u32,
-    decode_steps: u32,
-}
-
 /// The chat service: connections, queue, and the engine they share.
 #[derive(Debug)]
 pub struct Service<E, C: Codec, K> {
@@ -93,14 +83,17 @@ pub struct Service<E, C: Codec, K> {
     conns: BTreeMap<ConnId, Connection>,
     next_conn: u64,
     queue: VecDeque<Job>,
-    active: Option<Active<C::Decoder>>,
-    step_buf: Vec<u32>,
+    active: BTreeMap<SeqId, Active<C::Decoder>>,
+    next_seq: SeqId,
+    max_active: usize,
+    step_buf: Vec<StepOut>,
 }
 
 impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
     /// A service driving `engine`, tokenizing with `codec`, timing with `clock`.
     pub fn new(engine: E, codec: C, clock: K, config: Config) -> Self {
         let info = engine.info();
+        let max_active = engine.max_sequences().max(1);
         Self {
             engine,
             codec,
@@ -110,7 +103,9 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             conns: BTreeMap::new(),
             next_conn: 0,
             queue: VecDeque::new(),
-            active: None,
+            active: BTreeMap::new(),
+            next_seq: 0,
+            max_active,
             step_buf: Vec::new(),
         }
     }
@@ -175,10 +170,17 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
     /// silently and its state is freed.
     pub fn on_closed(&mut self, conn: ConnId) {
         self.conns.remove(&conn);
+        self.drop_requests_of(conn);
+    }
+
+    /// Forgets every queued and running request of `conn`, silently.
+    fn drop_requests_of(&mut self, conn: ConnId) {
         self.queue.retain(|j| j.conn != conn);
-        if self.active.as_ref().is_some_and(|a| a.conn == conn) {
-            self.active = None;
-            self.engine.finish();
+        let gone: Vec<SeqId> =
+            self.active.iter().filter(|(_, a)| a.conn == conn).map(|(s, _)| *s).collect();
+        for seq in gone {
+            self.active.remove(&seq);
+            self.engine.finish(seq);
         }
     }
 
@@ -217,24 +219,53 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
 
     /// Whether a request is being generated.
     pub fn busy(&self) -> bool {
-        self.active.is_some()
+        !self.active.is_empty()
+    }
+
+    /// Requests being generated now.
+    pub fn active(&self) -> usize {
+        self.active.len()
     }
 
     /// Whether [`Service::poll`] has something to do.
     pub fn has_work(&self) -> bool {
-        self.active.is_some() || !self.queue.is_empty()
+        !self.active.is_empty() || !self.queue.is_empty()
     }
 
-    /// Does one unit of work: starts the next queued request, or runs one
-    /// engine step of the current one and sends what it produced. Returns
-    /// whether more work remains.
+    /// Does one unit of work: starts queued requests while fewer than the
+    /// engine's limit run (a queued `bench` only once nothing runs), then
+    /// runs one engine step of every running request and sends what it
+    /// produced. Returns whether more work remains.
     pub fn poll(&mut self) -> bool {
-        if self.active.is_some() {
+        self.admit_queued();
+        if !self.active.is_empty() {
             self.step_active();
-        } else if let Some(job) = self.queue.pop_front() {
-            self.start_job(job);
         }
         self.has_work()
+    }
+
+    /// Starts queued work in order while there is room.
+    fn admit_queued(&mut self) {
+        while self.active.len() < self.max_active {
+            let bench_next =
+                matches!(self.queue.front(), Some(Job { kind: JobKind::Bench(_), .. }));
+            if bench_next && !self.active.is_empty() {
+                return;
+            }
+            if let Some(Job { kind: JobKind::Generate { prompt, params, .. }, .. }) =
+                self.queue.front()
+            {
+                if !self.active.is_empty() && !self.engine.has_room(prompt.len(), params.max_tokens)
+                {
+                    return;
+                }
+            }
+            let Some(job) = self.queue.pop_front() else { return };
+            self.start_job(job);
+            if bench_next {
+                return;
+            }
+        }
     }
 
     fn handle_frames(&mut self, conn: ConnId, frames: Vec<Frame>) {
@@ -262,99 +293,6 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             Ok(Some(Request::Info(id))) => self.send_info(conn, &id),
             Ok(Some(Request::Bench(id, b))) => self.enqueue(conn, id, JobKind::Bench(b)),
             Err(e) => self.send_error(conn, &e.id, e.code, &e.message),
-        }
-    }
-
-    fn handle_generate(&mut self, conn: ConnId, g: GenerateRequest) {
-        let key = g.id.key();
-        if !self.admit(conn, &g.id, &key) {
-            return;
-        }
-        let prompt = match self.tokenize(&g) {
-            Ok(p) => p,
-            Err((code, message)) => return self.send_error(conn, &g.id, code, &message),
-        };
-        let limit = self.info.context_limit;
-        let len = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
-        if len >= limit {
-            let message = format!(
-                "prompt is {len} tokens but the context limit is {limit} \
-                 (prompt plus at least one generated token); shorten the prompt"
-            );
-            return self.send_error(conn, &g.id, ErrorCode::PromptTooLong, &message);
-        }
-        let room = limit - len;
-        let mode = match g.input {
-            Input::Messages(_) => Mode::chat(self.codec.think_ids(), &prompt),
-            _ => Mode::Raw,
-        };
-        let params = GenParams {
-            max_tokens: g.max_tokens.map_or(room, |m| m.min(room)),
-            temperature: g.temperature,
-            top_p: g.top_p,
-            top_k: g.top_k,
-            min_p: g.min_p,
-            seed: g.seed,
-            mtp: g.mtp,
-        };
-        let kind = JobKind::Generate { prompt, params, mode, stop: g.stop };
-        self.push_job(conn, g.id, key, kind);
-    }
-
-    /// Duplicate-id and queue-capacity checks; sends the error on refusal.
-    fn admit(&mut self, conn: ConnId, id: &Id, key: &str) -> bool {
-        let duplicate = id.0 != serde_json::Value::Null
-            && self.conns.get(&conn).is_some_and(|c| c.has_in_flight(key));
-        if duplicate {
-            let message = "a request with this id is already queued or running on this \
-                           connection; use a new id";
-            self.send_error(conn, id, ErrorCode::DuplicateId, message);
-            return false;
-        }
-        if self.queue.len() >= self.config.queue_limit {
-            let message = format!(
-                "request queue is full ({} waiting); retry after a request finishes",
-                self.config.queue_limit
-            );
-            self.send_error(conn, id, ErrorCode::Overloaded, &message);
-            return false;
-        }
-        true
-    }
-
-    fn enqueue(&mut self, conn: ConnId, id: Id, kind: JobKind) {
-        let key = id.key();
-        if self.admit(conn, &id, &key) {
-            self.push_job(conn, id, key, kind);
-        }
-    }
-
-    fn push_job(&mut self, conn: ConnId, id: Id, key: String, kind: JobKind) {
-        if let Some(c) = self.conns.get_mut(&conn) {
-            c.add_in_flight(key.clone());
-            self.queue.push_back(Job { conn, id, key, kind });
-        }
-    }
-
-    fn tokenize(&self, g: &GenerateRequest) -> Result<Vec<u32>, (ErrorCode, String)> {
-        let ids = match &g.input {
-            Input::Messages(m) => self.codec.render_chat(m, g.thinking),
-            Input::Prompt(p) => self.codec.encode(p),
-            Input::PromptIds(ids) => {
-                let vocab = self.info.vocab_size;
-                if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
-                    let m = format!("prompt_ids contains {bad}, outside the vocabulary 0..{vocab}");
-                    return Err((ErrorCode::BadRequest, m));
-                }
-                Ok(ids.clone())
-            }
-        };
-        match ids {
-            Ok(ids) if ids.is_empty() => {
-                Err((ErrorCode::BadRequest, String::from("the prompt encodes to no tokens")))
-            }
-            Ok(ids) => Ok(ids),
-            Err(e) => Err((ErrorCode::Internal, format!("tokenizer failed: {e}"))),
         }
     }
 
@@ -387,9 +325,9 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             }
             return;
         }
-        let running = self.active.as_ref().is_some_and(|a| a.conn == conn && a.key == key);
-        if running {
-            self.end_active(Finish::Cancelled, Deltas::new());
+        let running = self.active.iter().find(|(_, a)| a.conn == conn && a.key == key);
+        if let Some((&seq, _)) = running {
+            self.end_active(seq, Finish::Cancelled, Deltas::new());
         }
     }
 
@@ -400,11 +338,13 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             vocab_size: self.info.vocab_size,
             version: env!("CARGO_PKG_VERSION"),
             protocol: PROTOCOL_VERSION,
-            scheduling: "fifo",
+            scheduling: if self.max_active > 1 { "batched" } else { "fifo" },
+            max_active: self.max_active,
+            active: self.active.len(),
             max_line_bytes: self.config.max_line_bytes,
             queue_limit: self.config.queue_limit,
             queued: self.queue.len(),
-            busy: self.active.is_some(),
+            busy: !self.active.is_empty(),
             connections: self.conns.len(),
         };
         self.send(conn, &InfoEvent { id, info: &info });
@@ -416,16 +356,22 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             JobKind::Generate { prompt, params, mode, stop } => (prompt, params, mode, stop),
         };
         let t_start = self.clock.now_ns();
-        if let Err(e) = self.engine.start(&prompt, &params) {
-            self.send_engine_error(job.conn, &job.id, &e);
-            return self.release(job.conn, &job.key);
-        }
-        self.active = Some(Active {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let cached_tokens = match self.engine.start(seq, &prompt, &params) {
+            Ok(n) => n,
+            Err(e) => {
+                self.send_engine_error(job.conn, &job.id, &e);
+                return self.release(job.conn, &job.key);
+            }
+        };
+        let active = Active {
             conn: job.conn,
             id: job.id,
             key: job.key,
             chat: matches!(mode, Mode::Chat { .. }),
             prompt_tokens: prompt.len() as u32,
+            cached_tokens,
             max_tokens: params.max_tokens,
             emitter: Emitter::new(self.codec.decoder(), mode, stop),
             tokens: Vec::new(),
@@ -434,7 +380,8 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             t_last: t_start,
             decode_tokens: 0,
             decode_steps: 0,
-        });
+        };
+        self.active.insert(seq, active);
     }
 
     fn run_bench(&mut self, conn: ConnId, id: &Id, key: &str, b: &BenchRequest) {
@@ -446,32 +393,34 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
     }
 
     fn step_active(&mut self) {
-        let mut buf = core::mem::take(&mut self.step_buf);
-        buf.clear();
-        let result = self.engine.step(&mut buf);
+        let mut outs = core::mem::take(&mut self.step_buf);
+        outs.clear();
+        self.engine.step(&mut outs);
         let now = self.clock.now_ns();
-        let finish = match result {
-            Ok(()) => self.absorb(&buf, now),
-            Err(e) => {
-                if let Some(a) = self.active.take() {
-                    self.engine.finish();
-                    self.send_engine_error(a.conn, &a.id, &e);
-                    self.release(a.conn, &a.key);
+        for out in outs.drain(..) {
+            match out.result {
+                Ok(tokens) => {
+                    if let Some((finish, deltas)) = self.absorb(out.seq, &tokens, now) {
+                        self.end_active(out.seq, finish, deltas);
+                    }
                 }
-                None
+                Err(e) => {
+                    if let Some(a) = self.active.remove(&out.seq) {
+                        self.engine.finish(out.seq);
+                        self.send_engine_error(a.conn, &a.id, &e);
+                        self.release(a.conn, &a.key);
+                    }
+                }
             }
-        };
-        self.step_buf = buf;
-        if let Some((finish, deltas)) = finish {
-            self.end_active(finish, deltas);
         }
+        self.step_buf = outs;
     }
 
-    /// Takes one step's tokens into the active request, streams the text, and
+    /// Takes one step's tokens into request `seq`, streams the text, and
     /// returns the finish reason (with unsent deltas) if the request ended.
-    fn absorb(&mut self, tokens: &[u32], now: u64) -> Option<(Finish, Deltas)> {
+    fn absorb(&mut self, seq: SeqId, tokens: &[u32], now: u64) -> Option<(Finish, Deltas)> {
         let stop_ids = self.codec.stop_ids();
-        let a = self.active.as_mut()?;
+        let a = self.active.get_mut(&seq)?;
         if tokens.is_empty() {
             return None;
         }
@@ -507,18 +456,18 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         None
     }
 
-    /// Ends the active request with `finish`, sending `deltas`, the rest of
-    /// the text and the `done` event.
-    fn end_active(&mut self, finish: Finish, mut deltas: Deltas) {
-        let Some(mut a) = self.active.take() else {
+    /// Ends request `seq` with `finish`, sending `deltas`, the rest of the
+    /// text and the `done` event.
+    fn end_active(&mut self, seq: SeqId, finish: Finish, mut deltas: Deltas) {
+        let Some(mut a) = self.active.remove(&seq) else {
             return;
         };
-        self.engine.finish();
+        self.engine.finish(seq);
         if finish != Finish::Cancelled {
             a.emitter.finish(&mut deltas);
         }
         self.send_deltas(a.conn, &a.id, &deltas);
-        let stats = self.stats(&a);
+        let stats = a.stats(self.info.context_limit);
         let done = DoneEvent {
             id: &a.id,
             done: true,
@@ -530,28 +479,6 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         };
         self.send(a.conn, &done);
         self.release(a.conn, &a.key);
-    }
-
-    fn stats(&self, a: &Active<C::Decoder>) -> Stats {
-        let generated = a.tokens.len() as u32;
-        let ms = |ns: u64| ns as f64 / 1.0e6;
-        let per_s = |n: u32, ns: u64| if ns == 0 { 0.0 } else { f64::from(n) * 1.0e9 / ns as f64 };
-        let prefill_ns = a.t_first.map_or(0, |t| t.saturating_sub(a.t_start));
-        let decode_ns = a.t_first.map_or(0, |t| a.t_last.saturating_sub(t));
-        Stats {
-            prompt_tokens: a.prompt_tokens,
-            generated_tokens: generated,
-            prefill_ms: round3(ms(prefill_ns)),
-            prefill_tok_per_s: round3(per_s(a.prompt_tokens, prefill_ns)),
-            decode_tok_per_s: round3(per_s(a.decode_tokens, decode_ns)),
-            tokens_per_step: if a.decode_steps == 0 {
-                0.0
-            } else {
-                round3(f64::from(a.decode_tokens) / f64::from(a.decode_steps))
-            },
-            context_used: a.prompt_tokens + generated,
-            context_limit: self.info.context_limit,
-        }
     }
 
     fn send_deltas(&mut self, conn: ConnId, id: &Id, deltas: &Deltas) {
@@ -595,21 +522,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
     fn reap_killed(&mut self, conn: ConnId) {
         let killed = self.conns.get(&conn).is_some_and(|c| c.state() == ConnState::Killed);
         if killed {
-            self.queue.retain(|j| j.conn != conn);
-            if self.active.as_ref().is_some_and(|a| a.conn == conn) {
-                self.active = None;
-                self.engine.finish();
-            }
+            self.drop_requests_of(conn);
         }
     }
-}
-
-/// Rounds to 3 decimals (without `std`); non-finite values become 0.
-fn round3(x: f64) -> f64 {
-    if !x.is_finite() || x.abs() > 1.0e15 {
-        return 0.0;
-    }
-    let scaled = x * 1000.0;
-    let r = if scaled >= 0.0 { scaled + 0.5 } else { scaled - 0.5 };
-    (r as i64) as f64 / 1000.0
 }

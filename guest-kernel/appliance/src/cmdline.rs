@@ -23,6 +23,10 @@ pub struct Cmdline {
     pub bench_mib: Option<usize>,
     /// `context=N`: the engine's context limit in tokens (never above the model's).
     pub context: Option<u32>,
+    /// `kv_tokens=N`: KV positions the running sequences share (requests beyond wait).
+    pub kv_tokens: Option<usize>,
+    /// `sessions_mib=M`: the budget of kept session states.
+    pub sessions_mib: Option<usize>,
 }
 
 impl Cmdline {
@@ -51,6 +55,10 @@ impl Cmdline {
                 "bench_prompt" => c.bench_prompt = Some(v.parse().map_err(|_| bad())?),
                 "bench_mib" => c.bench_mib = Some(v.parse().map_err(|_| bad())?),
                 "context" => c.context = Some(v.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?),
+                "kv_tokens" => {
+                    c.kv_tokens = Some(v.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
+                }
+                "sessions_mib" => c.sessions_mib = Some(v.parse().map_err(|_| bad())?),
                 _ => return Err(alloc::format!("unknown key `{k}`")),
             }
         }

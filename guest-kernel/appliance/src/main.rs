@@ -9,6 +9,8 @@
 //! chat protocol (kore-service, `docs/protocol.md`) on vsock port [`SERVICE_PORT`]:
 //! - `port=P`: serve on vsock port P instead;
 //! - `context=N`: limit the context (prompt + generated tokens) to N, never above the model's;
+//! - `kv_tokens=N`: KV positions the running sequences share (requests beyond wait);
+//! - `sessions_mib=M`: memory for kept session states;
 //! - `kernels=generic|avx2|avx512`: force kore-engine's kernel path (default: the best the CPU
 //!   reports, AVX-512 here);
 //! - `bench=N [bench_prompt=P] [bench_mib=M]`: run kore-engine's benchmark (P prompt tokens,
@@ -122,7 +124,7 @@ fn main() -> u32 {
     if let Some(n) = cmd.selftest {
         return selftest::run(&model, &tokenizer, n, cmd.prompt_ids.as_deref());
     }
-    serve_vsock(&model, tokenizer, &pack, cmd.port.unwrap_or(SERVICE_PORT), cmd.context)
+    serve_vsock(&model, tokenizer, &pack, cmd.port.unwrap_or(SERVICE_PORT), &cmd)
 }
 
 /// Serves kore-service on vsock `port` until the device fails.
@@ -131,7 +133,7 @@ fn serve_vsock<'m>(
     tokenizer: Tokenizer,
     pack: &Pack<'_>,
     port: u32,
-    context: Option<u32>,
+    cmd: &Cmdline,
 ) -> u32 {
     use alloc::sync::Arc;
     let tokenizer = Arc::new(tokenizer);
@@ -144,8 +146,16 @@ fn serve_vsock<'m>(
     let mut engine =
         kore_appliance::ModelEngine::new(model, pack.manifest.name.clone(), stops.clone())
             .with_clock(clock::now_ns);
-    if let Some(limit) = context {
+    // Guest memory is sized by kore-launch (host::sizing) for these: the context limit, the KV
+    // positions the running sequences share (requests beyond wait in the queue), kept sessions.
+    if let Some(limit) = cmd.context {
         engine = engine.with_context_limit(limit);
+    }
+    if let Some(tokens) = cmd.kv_tokens {
+        engine = engine.with_kv_token_budget(tokens);
+    }
+    if let Some(mib) = cmd.sessions_mib {
+        engine = engine.with_session_budget(mib << 20);
     }
     let codec = kore_appliance::TokenizerCodec::new(tokenizer, stops);
     let mut svc =

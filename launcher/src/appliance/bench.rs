@@ -18,9 +18,13 @@ pub fn run(
     appliance: &Appliance,
     mtp: Option<usize>,
     threads: Option<usize>,
+    concurrency: u32,
     json: bool,
 ) -> Result<()> {
     let mut params = json!({});
+    if concurrency > 1 {
+        params["concurrency"] = json!(concurrency);
+    }
     if let Some(m) = mtp {
         params["mtp"] = json!(m);
     }
@@ -43,6 +47,7 @@ pub fn run_for(
     model: Option<&Path>,
     mtp: Option<usize>,
     threads: Option<usize>,
+    concurrency: u32,
     json: bool,
 ) -> Result<()> {
     if threads == Some(0) {
@@ -56,7 +61,7 @@ pub fn run_for(
         ..Default::default()
     };
     let (appliance, _) = Appliance::open_with(&overrides, false, true)?;
-    let result = run(&appliance, mtp, threads, json);
+    let result = run(&appliance, mtp, threads, concurrency, json);
     appliance.shutdown();
     result
 }

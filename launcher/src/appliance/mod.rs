@@ -305,9 +305,23 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
         hugepages,
         socket,
         images: GuestImages::locate()?,
-        cmdline: format!("context={}", settings.context.min(u64::from(u32::MAX))),
+        cmdline: guest_cmdline(pack, settings.context)?,
         guest_cpu: settings.guest_cpu,
     })
+}
+
+/// The guest's command line for `pack` at `context`: the engine's context
+/// limit, the KV positions its running sequences share and the kept-session
+/// budget, all from the sizing the guest's memory was made with.
+fn guest_cmdline(pack: &Path, context: u64) -> Result<String> {
+    let b = crate::host::sizing::Budget::compute(pack, context)
+        .map_err(|e| LaunchError::Model(e.to_string()))?;
+    Ok(format!(
+        "context={} kv_tokens={} sessions_mib={}",
+        b.context.min(u64::from(u32::MAX)),
+        b.kv_tokens,
+        b.sessions >> 20
+    ))
 }
 
 /// The guest's own RAM (besides the preloaded pack) for `pack` at `context`

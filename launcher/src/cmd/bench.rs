@@ -36,6 +36,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             args.model.as_deref(),
             args.mtp,
             args.threads,
+            args.concurrency,
             args.json.json,
         );
     }
@@ -44,7 +45,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(n) => n,
         None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
     };
-    let mut opts = BenchOptions { mtp: args.mtp.unwrap_or(0), ..BenchOptions::default() };
+    let mut opts = BenchOptions {
+        mtp: args.mtp.unwrap_or(0),
+        concurrency: args.concurrency as usize,
+        ..BenchOptions::default()
+    };
+    if opts.mtp > 0 && opts.concurrency > 1 {
+        return Err(LaunchError::Usage(format!(
+            "--mtp {} with --concurrency {}: MTP drafting decodes one sequence at a time \
+             (use --mtp 0 to measure batched decoding)",
+            opts.mtp, opts.concurrency
+        )));
+    }
     if let Some(n) = env_count("KORE_BENCH_PROMPT_TOKENS")? {
         opts.prompt_tokens = n;
     }
@@ -145,6 +157,8 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             "measured_read_gbps": r.measured_read_gbps,
             "prefill_tok_per_s": r.prefill_tok_per_s,
             "decode_tok_per_s": r.decode_tok_per_s,
+            "concurrency": r.concurrency,
+            "aggregate_decode_tok_per_s": r.aggregate_decode_tok_per_s,
             "step_ms": r.step_ms,
             "weight_bytes_per_step": r.weight_bytes_per_step,
             "achieved_gbps": r.achieved_gbps,
@@ -169,11 +183,14 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
     } else {
         writeln!(
             out,
-            "read {:.2} GB/s | prefill {:.1} tok/s | decode {:.2} tok/s ({:.1} ms/step, {:.2} GB/step) | \
-             achieved {:.2} GB/s = {:.0}% of read bandwidth | {} threads, {} kernels",
+            "read {:.2} GB/s | prefill {:.1} tok/s | decode {:.2} tok/s x {} = {:.2} tok/s \
+             ({:.1} ms/step, {:.2} GB/step) | achieved {:.2} GB/s = {:.0}% of read bandwidth | \
+             {} threads, {} kernels",
             r.measured_read_gbps,
             r.prefill_tok_per_s,
             r.decode_tok_per_s,
+            r.concurrency,
+            r.aggregate_decode_tok_per_s,
             r.step_ms,
             r.weight_bytes_per_step as f64 / 1e9,
             r.achieved_gbps,

@@ -1,6 +1,10 @@
 //! `kore-launch chat`: interactive streaming chat, or one answer with `-p`.
 //!
-//! Interactive: the conversation is kept and sent whole with each message;
+//! Interactive: the conversation is kept and sent whole with each message,
+//! in one appliance session per conversation (`/reset` starts a new one), so
+//! the appliance prefills only each turn's new tokens; a system prompt
+//! (`--system`, config key `system_prompt`) is prefilled into the session
+//! before the first message and the banner says how long that took;
 //! thinking streams dimmed and folds to `Thought for N s` when the answer
 //! starts; a status line follows every answer; Ctrl-C cancels the answer in
 //! progress (not the session); `/quit` or Ctrl-D ends the session and shuts
@@ -43,14 +47,37 @@ pub fn run(args: ChatArgs) -> Result<()> {
     result.and(stopped)
 }
 
-/// The chat request for `messages`.
-fn request(id: u64, messages: &[Value], thinking: bool, args: &ChatArgs) -> Value {
+/// The chat request for `messages` (in appliance session `session`, if any).
+fn request(
+    id: u64,
+    messages: &[Value],
+    thinking: bool,
+    args: &ChatArgs,
+    session: Option<&str>,
+) -> Value {
     let mut req = Map::new();
     req.insert("id".into(), id.into());
     req.insert("messages".into(), Value::Array(messages.to_vec()));
     req.insert("thinking".into(), thinking.into());
+    if let Some(s) = session {
+        req.insert("session".into(), s.into());
+    }
     session::add_sampling(&mut req, &args.sampling);
     Value::Object(req)
+}
+
+/// The system prompt: `--system`, else the config key `system_prompt`.
+fn system_prompt(args: &ChatArgs) -> Result<Option<String>> {
+    if let Some(s) = &args.system {
+        return Ok(Some(s.clone()));
+    }
+    let loaded = crate::config::init(None, None).map_err(|e| LaunchError::Other(e.to_string()))?;
+    Ok(loaded.file.system_prompt.clone())
+}
+
+/// The conversation's opening messages.
+fn opening(system: Option<&str>) -> Vec<Value> {
+    system.map(|s| json!({"role": "system", "content": s})).into_iter().collect()
 }
 
 /// Streams the events of request `id` into `on_delta` until its `done`
@@ -93,8 +120,9 @@ fn thinking_default(args: &ChatArgs) -> bool {
 /// `chat -p PROMPT`: one answer; `--json` prints `{"text","thinking","stats"}`.
 fn one_shot(backend: &dyn Backend, args: &ChatArgs, prompt: &str) -> Result<()> {
     let mut conn = backend.connect()?;
-    let messages = [json!({"role": "user", "content": prompt})];
-    conn.send(&request(1, &messages, thinking_default(args), args))?;
+    let mut messages = opening(system_prompt(args)?.as_deref());
+    messages.push(json!({"role": "user", "content": prompt}));
+    conn.send(&request(1, &messages, thinking_default(args), args, None))?;
     let tty = term::is_tty(libc::STDOUT_FILENO) && !args.json.json;
     let body = if args.json.json {
         stream(&mut conn, 1, &mut |_, _| Ok(()))?
@@ -137,6 +165,9 @@ struct Chat<'a> {
     conn: Conn,
     args: &'a ChatArgs,
     history: Vec<Value>,
+    system: Option<String>,
+    session: String,
+    conversations: u64,
     thinking: bool,
     next_id: u64,
     last_stats: Option<Value>,
@@ -155,16 +186,44 @@ impl<'a> Chat<'a> {
             info["context_limit"],
             on_off(thinking)
         );
-        Ok(Self {
+        let system = system_prompt(args)?;
+        let mut chat = Self {
             conn,
             args,
-            history: Vec::new(),
+            history: opening(system.as_deref()),
+            system,
+            session: String::new(),
+            conversations: 0,
             thinking,
             next_id: 1,
             last_stats: None,
             answers: 0,
             generated: 0,
-        })
+        };
+        chat.new_conversation()?;
+        Ok(chat)
+    }
+
+    /// Starts a conversation in a new appliance session; with a system
+    /// prompt, prefills it there first (a raw prompt of its rendered turn,
+    /// one token generated) and says when it is ready.
+    fn new_conversation(&mut self) -> Result<()> {
+        self.conversations += 1;
+        self.session = format!("chat-{}-{}", std::process::id(), self.conversations);
+        self.history = opening(self.system.as_deref());
+        let Some(system) = self.system.clone() else { return Ok(()) };
+        let id = self.next_id;
+        self.next_id += 1;
+        let prompt = format!("<|im_start|>system\n{system}<|im_end|>\n");
+        let req = json!({"id": id, "prompt": prompt, "max_tokens": 1, "session": self.session});
+        self.conn.send(&req)?;
+        let body = stream(&mut self.conn, id, &mut |_, _| Ok(()))?;
+        println!(
+            "(system prompt ready: {} tokens in {:.0} ms)",
+            body["stats"]["prompt_tokens"],
+            body["stats"]["prefill_ms"].as_f64().unwrap_or(0.0)
+        );
+        Ok(())
     }
 
     fn run(&mut self) -> Result<()> {
@@ -206,8 +265,8 @@ impl<'a> Chat<'a> {
             ("/quit" | "/exit" | "/q", _) => return Ok(true),
             ("/help" | "/?", _) => println!("{HELP}"),
             ("/reset" | "/clear", _) => {
-                self.history.clear();
                 println!("(conversation cleared)");
+                self.new_conversation()?;
             }
             ("/think", None) => self.set_thinking(!self.thinking),
             ("/think", Some("on")) => self.set_thinking(true),
@@ -251,7 +310,8 @@ impl<'a> Chat<'a> {
         let id = self.next_id;
         self.next_id += 1;
         let _ = sigint::take(); // a Ctrl-C from before this answer does not count
-        self.conn.send(&request(id, &self.history, self.thinking, self.args))?;
+        let session = Some(self.session.as_str());
+        self.conn.send(&request(id, &self.history, self.thinking, self.args, session))?;
         let tty = term::is_tty(libc::STDOUT_FILENO);
         let mut r = Renderer::new(io::stdout(), tty, term::size());
         let res = stream(&mut self.conn, id, &mut |t, think| {

@@ -230,12 +230,16 @@ pub fn add_sampling(req: &mut Map<String, Value>, s: &SamplingArgs) {
 /// `806 tokens at 37.9 tok/s · context 2055 of 65536 · 3.88 tokens a step`.
 pub fn status_line(stats: &Value) -> String {
     let n = |k: &str| stats.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-    format!(
+    let line = format!(
         "{} tokens at {:.1} tok/s · context {} of {} · {:.2} tokens a step",
         n("generated_tokens") as u64,
         n("decode_tok_per_s"),
         n("context_used") as u64,
         n("context_limit") as u64,
         n("tokens_per_step"),
-    )
+    );
+    match n("cached_tokens") as u64 {
+        0 => line,
+        c => format!("{line} · {c} of {} prompt tokens reused", n("prompt_tokens") as u64),
+    }
 }

@@ -14,7 +14,7 @@ use kore_service::fake::{
     Behaviour, FakeCodec, FakeEngine, IM_END, IM_START, THINK_CLOSE, THINK_OPEN,
 };
 use kore_service::host::{ServiceHandle, StdClock};
-use kore_service::{Config, Engine, EngineError, EngineInfo, GenParams, Service};
+use kore_service::{Config, Engine, EngineError, EngineInfo, GenParams, SeqId, Service, StepOut};
 
 use super::session::{Backend, Streams};
 use crate::error::{LaunchError, Result};
@@ -108,21 +108,22 @@ impl Engine for ScriptedEngine {
 
     fn start(
         &mut self,
+        seq: SeqId,
         prompt: &[u32],
         params: &GenParams,
-    ) -> std::result::Result<(), EngineError> {
+    ) -> std::result::Result<u32, EngineError> {
         self.inner.behaviour = Behaviour::Script(Self::script(prompt));
-        self.inner.start(prompt, params)
+        self.inner.start(seq, prompt, params)
     }
 
-    fn step(&mut self, out: &mut Vec<u32>) -> std::result::Result<(), EngineError> {
+    fn step(&mut self, out: &mut Vec<StepOut>) {
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);
         }
         self.inner.step(out)
     }
 
-    fn finish(&mut self) {
-        self.inner.finish();
+    fn finish(&mut self, seq: SeqId) {
+        self.inner.finish(seq);
     }
 }

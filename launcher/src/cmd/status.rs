@@ -36,12 +36,14 @@ pub fn run(args: StatusArgs) -> Result<()> {
         "  model {}, context {} tokens, protocol {}",
         info["model"], info["context_limit"], info["protocol"]
     );
+    let running = match info.get("active") {
+        Some(n) => format!("{n} of {} running", info["max_active"]),
+        None if info["busy"] == true => "busy".to_owned(),
+        None => "idle".to_owned(),
+    };
     println!(
-        "  {} connections, {} queued, {}; up {} s",
-        info["connections"],
-        info["queued"],
-        if info["busy"] == true { "busy" } else { "idle" },
-        report["uptime_s"]
+        "  {} connections, {running}, {} queued; up {} s",
+        info["connections"], info["queued"], report["uptime_s"]
     );
     println!("  socket {}", report["socket"].as_str().unwrap_or("?"));
     Ok(())

@@ -3,19 +3,22 @@
 //! (documented in docs/host-setup.md):
 //!
 //! ```text
-//! total = weights + kv_cache + recurrent_state + heap + kernel
+//! total = weights + kv_cache + recurrent_state + sessions + heap + kernel
 //! weights         = the pack files the VMM preloads (pack.toml, weights.safetensors,
 //!                   tokenizer.json), each rounded up to 2 MiB as the VMM places them
 //!                   (for a Hugging Face directory: its files)
-//! kv_cache        = 2 (growth headroom) x context x (full-attention layers + MTP layers)
+//! kv_tokens       = max(context, 8 x min(context, 4096)): the KV positions all running
+//!                   sequences share (the guest queues requests beyond them)
+//! kv_cache        = 2 (growth headroom) x kv_tokens x (full-attention layers + MTP layers)
 //!                   x 2 (K and V) x kv_heads x head_dim x 4 bytes (the engine's f32 cache)
+//! sessions        = min(512 MiB, kv_cache): kept session states (LRU beyond it)
 //! recurrent_state = linear-attention layers x ( v_heads x k_dim x v_dim x 4 bytes (f32 state)
 //!                   + (conv_kernel - 1) x (2 x k_heads x k_dim + v_heads x v_dim) x 4 bytes )
 //! heap            = 256 MiB (activations, logits, tokenizer, I/O buffers)
 //! kernel          = 64 MiB (Kore kernel, appliance image, page tables, virtio rings)
 //! ```
 //!
-//! The VMM gets `kv_cache + recurrent_state + heap + kernel` as the guest's own
+//! The VMM gets `kv_cache + recurrent_state + sessions + heap + kernel` as the guest's own
 //! memory (or the `memory` setting) and places the weights beside it;
 //! [`Budget::guest_bytes_for`] is exactly the RAM it then allocates
 //! (`kore_vmm::memory::RamPlan`), so the pages `setup` reserves and `doctor`
@@ -38,6 +41,12 @@ const MIB: u64 = 1 << 20;
 pub const KV_BYTES: u64 = 4;
 /// The KV cache grows by doubling (`Vec`), so it may hold up to twice what it uses.
 pub const KV_GROWTH: u64 = 2;
+/// Sequences the guest decodes together at most (kore-appliance's default).
+pub const BATCH_SEQUENCES: u64 = 8;
+/// The context each of those gets room for when the configured context is longer.
+pub const BATCH_CONTEXT: u64 = 4096;
+/// The most kept session states take.
+pub const SESSION_BYTES: u64 = 512 * MIB;
 /// The pack files the VMM preloads (`appliance::vm::PACK_FILES`).
 pub const PRELOADED: [&str; 3] = ["pack.toml", "weights.safetensors", "tokenizer.json"];
 /// Bytes per recurrent-state element (f32).
@@ -101,6 +110,10 @@ pub struct Budget {
     pub weights: u64,
     /// KV cache for `context` tokens.
     pub kv_cache: u64,
+    /// KV positions the running sequences share (the guest's admission budget).
+    pub kv_tokens: u64,
+    /// Kept session states.
+    pub sessions: u64,
     /// Linear-attention state.
     pub recurrent_state: u64,
     /// Heap.
@@ -118,14 +131,18 @@ pub struct Budget {
 impl Budget {
     /// Total bytes.
     pub fn total(&self) -> u64 {
-        self.weights + self.kv_cache + self.recurrent_state + self.heap + self.kernel
+        self.weights + self.own_needed()
+    }
+
+    /// Everything but the weights, as computed (ignoring an explicit `memory`).
+    fn own_needed(&self) -> u64 {
+        self.kv_cache + self.recurrent_state + self.sessions + self.heap + self.kernel
     }
 
     /// The guest's own memory (everything but the preloaded pack): what the
     /// VMM is given as its `memory`, the explicit `memory` setting if any.
     pub fn own_memory(&self) -> u64 {
-        self.requested
-            .unwrap_or_else(|| self.kv_cache + self.recurrent_state + self.heap + self.kernel)
+        self.requested.unwrap_or_else(|| self.own_needed())
     }
 
     /// Guest RAM the VMM allocates on pages of `size` (the guest's own memory
@@ -146,7 +163,7 @@ impl Budget {
 
     /// Uses an explicit size for the guest's own memory (besides the pack).
     pub fn with_memory(mut self, memory: Option<u64>) -> Budget {
-        let own = self.kv_cache + self.recurrent_state + self.heap + self.kernel;
+        let own = self.own_needed();
         if let Some(bytes) = memory.filter(|&b| b < own) {
             self.notes.push(format!(
                 "memory = {} is below the {} this pack and context need besides the weights: the appliance may run out of memory",
@@ -168,6 +185,7 @@ impl Budget {
         let mut notes = Vec::new();
         let shape = read_shape(pack).map_err(err)?;
         let mut context = context;
+        let mut kv_tokens = context;
         let (kv_cache, recurrent_state) = match &shape {
             Some(shape) => {
                 if let Some(max) = shape.max_context.filter(|&max| context > max) {
@@ -176,7 +194,8 @@ impl Budget {
                     ));
                     context = max;
                 }
-                (KV_GROWTH * context * shape.kv_bytes_per_token(), shape.recurrent_bytes())
+                kv_tokens = context.max(BATCH_SEQUENCES * context.min(BATCH_CONTEXT));
+                (KV_GROWTH * kv_tokens * shape.kv_bytes_per_token(), shape.recurrent_bytes())
             }
             None => {
                 notes.push(
@@ -191,6 +210,8 @@ impl Budget {
             context,
             weights,
             kv_cache,
+            kv_tokens,
+            sessions: kv_cache.min(SESSION_BYTES),
             recurrent_state,
             heap: HEAP_BYTES,
             kernel: KERNEL_BYTES,
@@ -209,11 +230,13 @@ impl Budget {
                 self.pack.display()
             ),
             format!(
-                "KV cache         {:>10}  ({} tokens of context, f32, room to double)",
+                "KV cache         {:>10}  ({} positions shared by the running sequences, context {}; f32, room to double)",
                 mib(self.kv_cache),
+                self.kv_tokens,
                 self.context
             ),
             format!("recurrent state  {:>10}", mib(self.recurrent_state)),
+            format!("sessions         {:>10}  (kept conversation states)", mib(self.sessions)),
             format!("heap             {:>10}", mib(self.heap)),
             format!("kernel           {:>10}", mib(self.kernel)),
             format!("total            {:>10}", mib(self.total())),

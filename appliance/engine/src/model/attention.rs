@@ -75,19 +75,57 @@ impl<'a> Attention<'a> {
         k_cache: &mut Kv,
         v_cache: &mut Kv,
     ) -> Vec<f32> {
+        let mut p = self.project(cfg, pool, x, tokens);
+        let attn = self.mix(cfg, pool, inv_freq, p.rows_mut(0..tokens), pos0, k_cache, v_cache);
+        let mut y = vec![0.0; tokens * cfg.hidden_size];
+        matmul_on(pool, &self.o_proj, &attn, tokens, &mut y);
+        y
+    }
+
+    /// The q/k/v projections of `tokens` rows of `x` in one pass over the
+    /// weights (rows of several sequences may share it).
+    pub(crate) fn project(
+        &self,
+        cfg: &ModelConfig,
+        pool: &dyn Parallel,
+        x: &[f32],
+        tokens: usize,
+    ) -> Projected {
         let (hd, nq, nkv) = (cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads);
-        let mut qg = vec![0.0; tokens * nq * hd * 2]; // [T, nq, 2, hd]: query | gate per head
-        let mut k = vec![0.0; tokens * nkv * hd]; // [T, nkv, hd]
-        let mut v = vec![0.0; tokens * nkv * hd]; // [T, nkv, hd]
+        let mut p = Projected {
+            qg: vec![0.0; tokens * nq * hd * 2], // [T, nq, 2, hd]: query | gate per head
+            k: vec![0.0; tokens * nkv * hd],     // [T, nkv, hd]
+            v: vec![0.0; tokens * nkv * hd],     // [T, nkv, hd]
+            dims: (nq * hd * 2, nkv * hd),
+        };
         matmuls_on(
             pool,
             tokens,
             &mut [
-                Product::new(&self.q_proj, x, &mut qg),
-                Product::new(&self.k_proj, x, &mut k),
-                Product::new(&self.v_proj, x, &mut v),
+                Product::new(&self.q_proj, x, &mut p.qg),
+                Product::new(&self.k_proj, x, &mut p.k),
+                Product::new(&self.v_proj, x, &mut p.v),
             ],
         );
+        p
+    }
+
+    /// Norms, RoPE, cache append and gated attention of one sequence's
+    /// projected rows at positions `pos0..`; returns `[T, heads * head_dim]`
+    /// (input of `o_proj`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn mix(
+        &self,
+        cfg: &ModelConfig,
+        pool: &dyn Parallel,
+        inv_freq: &[f32],
+        p: ProjRows<'_>,
+        pos0: usize,
+        k_cache: &mut Kv,
+        v_cache: &mut Kv,
+    ) -> Vec<f32> {
+        let (hd, nq, nkv) = (cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads);
+        let ProjRows { qg, k, v, tokens } = p;
         for t in 0..tokens {
             for qh in qg[t * nq * hd * 2..(t + 1) * nq * hd * 2].chunks_exact_mut(2 * hd) {
                 rms_norm_1p(&mut qh[..hd], &self.q_norm, cfg.rms_norm_eps);
@@ -98,15 +136,15 @@ impl<'a> Attention<'a> {
                 rope(kh, pos0 + t, inv_freq);
             }
         }
-        k_cache.extend_f32(&k);
-        v_cache.extend_f32(&v);
+        k_cache.extend_f32(k);
+        v_cache.extend_f32(v);
 
         let shape = Shape { hd, nq, nkv, tokens, pos0 };
         let mut attn = vec![0.0; tokens * nq * hd]; // [T, nq, hd]
         let path = crate::simd::active();
         match (&*k_cache, &*v_cache) {
-            (Kv::F32(kc), Kv::F32(vc)) => attend(path, pool, &shape, &qg, kc, vc, &mut attn),
-            (Kv::F16(kc), Kv::F16(vc)) => attend(path, pool, &shape, &qg, kc, vc, &mut attn),
+            (Kv::F32(kc), Kv::F32(vc)) => attend(path, pool, &shape, qg, kc, vc, &mut attn),
+            (Kv::F16(kc), Kv::F16(vc)) => attend(path, pool, &shape, qg, kc, vc, &mut attn),
             _ => unreachable!("keys and values of a layer share one precision"),
         }
         let mut gate = vec![0.0; tokens * nq * hd];
@@ -115,10 +153,38 @@ impl<'a> Attention<'a> {
         }
         sigmoid_in_place(&mut gate);
         attn.iter_mut().zip(&gate).for_each(|(o, g)| *o *= g);
-        let mut y = vec![0.0; tokens * cfg.hidden_size];
-        matmul_on(pool, &self.o_proj, &attn, tokens, &mut y);
-        y
+        attn
     }
+}
+
+/// The projections of some rows (`[T, ·]` each).
+pub(crate) struct Projected {
+    qg: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// Row widths: query and gate, keys (= values).
+    dims: (usize, usize),
+}
+
+impl Projected {
+    /// Rows `r` (one sequence's tokens), mutable.
+    pub(crate) fn rows_mut(&mut self, r: Range<usize>) -> ProjRows<'_> {
+        let (q, kv) = self.dims;
+        ProjRows {
+            qg: &mut self.qg[r.start * q..r.end * q],
+            k: &mut self.k[r.start * kv..r.end * kv],
+            v: &self.v[r.start * kv..r.end * kv],
+            tokens: r.len(),
+        }
+    }
+}
+
+/// One sequence's rows of [`Projected`].
+pub(crate) struct ProjRows<'p> {
+    qg: &'p mut [f32],
+    k: &'p mut [f32],
+    v: &'p [f32],
+    tokens: usize,
 }
 
 /// Keys per online-softmax block: one block's scores per head stay in L1.

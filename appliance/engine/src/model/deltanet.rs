@@ -96,25 +96,62 @@ impl<'a> DeltaNet<'a> {
         tokens: usize,
         conv_state: &mut [f32],
         recurrent: &mut [f32],
-        mut ckpt: Option<&mut Vec<f32>>,
+        ckpt: Option<&mut Vec<f32>>,
     ) -> Vec<f32> {
-        let (kd, vd, cd) = (cfg.linear_key_dim(), cfg.linear_value_dim(), cfg.linear_conv_dim());
+        let mut p = self.project(cfg, pool, x, tokens);
+        let core = self.mix(cfg, pool, p.rows_mut(0..tokens), conv_state, recurrent, ckpt);
+        let mut y = vec![0.0; tokens * cfg.hidden_size];
+        matmul_on(pool, &self.out_proj, &core, tokens, &mut y);
+        y
+    }
+
+    /// The input projections of `tokens` rows of `x` (`[T, hidden]`), in one
+    /// pass over the weights (rows of several sequences may share it).
+    pub(crate) fn project(
+        &self,
+        cfg: &ModelConfig,
+        pool: &dyn Parallel,
+        x: &[f32],
+        tokens: usize,
+    ) -> Projected {
+        let (vd, cd) = (cfg.linear_value_dim(), cfg.linear_conv_dim());
         let hv = cfg.linear_num_value_heads;
-        let mut qkv = vec![0.0; tokens * cd]; // [T, conv_dim]
-        let mut z = vec![0.0; tokens * vd]; // [T, value_dim]
-        let mut b = vec![0.0; tokens * hv]; // [T, Hv]
-        let mut a = vec![0.0; tokens * hv]; // [T, Hv]
+        let mut p = Projected {
+            qkv: vec![0.0; tokens * cd],
+            z: vec![0.0; tokens * vd],
+            b: vec![0.0; tokens * hv],
+            a: vec![0.0; tokens * hv],
+            dims: (cd, vd, hv),
+        };
         matmuls_on(
             pool,
             tokens,
             &mut [
-                Product::new(&self.in_proj_qkv, x, &mut qkv),
-                Product::new(&self.in_proj_z, x, &mut z),
-                Product::new(&self.in_proj_b, x, &mut b),
-                Product::new(&self.in_proj_a, x, &mut a),
+                Product::new(&self.in_proj_qkv, x, &mut p.qkv),
+                Product::new(&self.in_proj_z, x, &mut p.z),
+                Product::new(&self.in_proj_b, x, &mut p.b),
+                Product::new(&self.in_proj_a, x, &mut p.a),
             ],
         );
+        p
+    }
 
+    /// Conv, gates and the delta rule over one sequence's projected rows
+    /// (`p`), updating its `conv_state` and `recurrent` state (and recording
+    /// them after every token into `ckpt`); returns the normed, gated core
+    /// output `[T, value_dim]` (input of `out_proj`).
+    pub(crate) fn mix(
+        &self,
+        cfg: &ModelConfig,
+        pool: &dyn Parallel,
+        p: ProjRows<'_>,
+        conv_state: &mut [f32],
+        recurrent: &mut [f32],
+        mut ckpt: Option<&mut Vec<f32>>,
+    ) -> Vec<f32> {
+        let (kd, vd, cd) = (cfg.linear_key_dim(), cfg.linear_value_dim(), cfg.linear_conv_dim());
+        let hv = cfg.linear_num_value_heads;
+        let ProjRows { qkv, z, b, a, tokens } = p;
         // Conv, q/k normalisation and the per-head gates, token by token
         // (the conv window rolls); the window after token t is checkpointed.
         let (conv_len, rec_len) = (conv_state.len(), recurrent.len());
@@ -144,7 +181,7 @@ impl<'a> DeltaNet<'a> {
         // and run every token through them (a head's state stays in cache).
         // Prompts without checkpoints may take the chunked form.
         let mut core = vec![0.0; tokens * vd]; // [T, value_dim]
-        let seq = Seq { qkv: &qkv, z: &z, beta: &b, decay: &decay, tokens };
+        let seq = Seq { qkv, z, beta: b, decay: &decay, tokens };
         let chunk = ckpt.is_none() && tokens >= chunked_min_tokens();
         let ck = ckpt.map(|c| SharedMut::new(&mut c[base..]));
         let (st, out) = (SharedMut::new(recurrent), SharedMut::new(&mut core));
@@ -168,9 +205,7 @@ impl<'a> DeltaNet<'a> {
         } else {
             pool.run(&heads);
         }
-        let mut y = vec![0.0; tokens * cfg.hidden_size];
-        matmul_on(pool, &self.out_proj, &core, tokens, &mut y);
-        y
+        core
     }
 
     /// Every token through value head `h`: the delta rule on its state, then
@@ -292,6 +327,39 @@ impl<'a> DeltaNet<'a> {
             qh.iter_mut().for_each(|v| *v *= scale);
         }
     }
+}
+
+/// The input projections of some rows (`[T, ·]` each).
+pub(crate) struct Projected {
+    qkv: Vec<f32>,
+    z: Vec<f32>,
+    b: Vec<f32>,
+    a: Vec<f32>,
+    /// Row widths: conv_dim, value_dim, value heads.
+    dims: (usize, usize, usize),
+}
+
+impl Projected {
+    /// Rows `r` (one sequence's tokens), mutable.
+    pub(crate) fn rows_mut(&mut self, r: core::ops::Range<usize>) -> ProjRows<'_> {
+        let (cd, vd, hv) = self.dims;
+        ProjRows {
+            qkv: &mut self.qkv[r.start * cd..r.end * cd],
+            z: &self.z[r.start * vd..r.end * vd],
+            b: &mut self.b[r.start * hv..r.end * hv],
+            a: &mut self.a[r.start * hv..r.end * hv],
+            tokens: r.len(),
+        }
+    }
+}
+
+/// One sequence's rows of [`Projected`].
+pub(crate) struct ProjRows<'p> {
+    qkv: &'p mut [f32],
+    z: &'p [f32],
+    b: &'p mut [f32],
+    a: &'p mut [f32],
+    tokens: usize,
 }
 
 /// A layer's per-token inputs to the rule, after the conv and the gates.

@@ -11,6 +11,7 @@
 //! ```
 
 mod attention;
+mod batch;
 mod deltanet;
 mod mtp;
 
@@ -20,6 +21,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 pub use attention::Attention;
+pub use batch::{BatchError, SeqInput};
 pub use deltanet::{chunked_min_tokens, set_chunked_min_tokens, DeltaNet};
 pub use mtp::{MtpError, MtpState};
 

@@ -1,0 +1,66 @@
+//! A request the service is generating: where its output goes, what it
+//! produced so far, and its timings (the `done` event's `stats`).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::emit::Emitter;
+use crate::request::Id;
+use crate::response::Stats;
+use crate::service::ConnId;
+
+/// A request being generated.
+#[derive(Debug)]
+pub(crate) struct Active<D> {
+    pub(crate) conn: ConnId,
+    pub(crate) id: Id,
+    pub(crate) key: String,
+    pub(crate) chat: bool,
+    pub(crate) prompt_tokens: u32,
+    pub(crate) cached_tokens: u32,
+    pub(crate) max_tokens: u32,
+    pub(crate) emitter: Emitter<D>,
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) t_start: u64,
+    pub(crate) t_first: Option<u64>,
+    pub(crate) t_last: u64,
+    pub(crate) decode_tokens: u32,
+    pub(crate) decode_steps: u32,
+}
+
+impl<D> Active<D> {
+    /// The `done` event's measurements.
+    pub(crate) fn stats(&self, context_limit: u32) -> Stats {
+        let a = self;
+        let generated = a.tokens.len() as u32;
+        let ms = |ns: u64| ns as f64 / 1.0e6;
+        let per_s = |n: u32, ns: u64| if ns == 0 { 0.0 } else { f64::from(n) * 1.0e9 / ns as f64 };
+        let prefill_ns = a.t_first.map_or(0, |t| t.saturating_sub(a.t_start));
+        let decode_ns = a.t_first.map_or(0, |t| a.t_last.saturating_sub(t));
+        Stats {
+            prompt_tokens: a.prompt_tokens,
+            cached_tokens: a.cached_tokens,
+            generated_tokens: generated,
+            prefill_ms: round3(ms(prefill_ns)),
+            prefill_tok_per_s: round3(per_s(a.prompt_tokens, prefill_ns)),
+            decode_tok_per_s: round3(per_s(a.decode_tokens, decode_ns)),
+            tokens_per_step: if a.decode_steps == 0 {
+                0.0
+            } else {
+                round3(f64::from(a.decode_tokens) / f64::from(a.decode_steps))
+            },
+            context_used: a.prompt_tokens + generated,
+            context_limit,
+        }
+    }
+}
+
+/// Rounds to 3 decimals (without `std`); non-finite values become 0.
+fn round3(x: f64) -> f64 {
+    if !x.is_finite() || x.abs() > 1.0e15 {
+        return 0.0;
+    }
+    let scaled = x * 1000.0;
+    let r = if scaled >= 0.0 { scaled + 0.5 } else { scaled - 0.5 };
+    (r as i64) as f64 / 1000.0
+}

@@ -1,0 +1,120 @@
+//! Sessions in the Kore guest: a 10-turn chat on the default pack against an
+//! appliance kept up with `kore-launch up`, one `batch` run per turn (each a
+//! new process attaching to it). Turn k's `cached_tokens` covers the earlier
+//! turns (up to the previous generation prompt's `<think>`), and each answer
+//! equals a fresh request of the same conversation without a session.
+//! Also `bench --concurrency` in the guest and natively. Needs the guest
+//! images and KVM (fails, never skips, without them).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn require_images() {
+    let g = root().join("target/guest");
+    let kernel = g.join("x86_64-unknown-none/release/kore-kernel");
+    let image = g.join("x86_64-unknown-linux-gnu/release/kore-appliance");
+    assert!(Path::new("/dev/kvm").exists(), "this test boots a VM: /dev/kvm is missing");
+    assert!(
+        kernel.is_file() && image.is_file(),
+        "guest images missing: run guest-kernel/build.sh (scripts/test.sh does)"
+    );
+}
+
+fn kore(args: &[&str], runtime: &Path) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kore-launch"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("KORE_") && !key.starts_with("KORE_GUEST_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.args(args).env("XDG_CONFIG_HOME", "/nonexistent").env("KORE_RUNTIME_DIR", runtime);
+    cmd.output().expect("run kore-launch")
+}
+
+/// Runs one request line through `batch` (attached to the appliance).
+fn ask(line: &Value, dir: &Path, runtime: &Path) -> Value {
+    let (input, output) = (dir.join("in.jsonl"), dir.join("out.jsonl"));
+    std::fs::write(&input, format!("{line}\n")).unwrap();
+    let _ = std::fs::remove_file(&output);
+    let o = kore(&["batch", input.to_str().unwrap(), "-o", output.to_str().unwrap()], runtime);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let row: Value =
+        serde_json::from_str(std::fs::read_to_string(&output).unwrap().trim()).unwrap();
+    assert!(row.get("error").is_none(), "{row}");
+    row
+}
+
+#[test]
+fn ten_turn_chat_in_the_guest_reuses_earlier_turns() {
+    require_images();
+    let pack = root().join("model-packs/tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("rt");
+    let o = kore(&["up", "--model", pack.to_str().unwrap()], &runtime);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    struct Down<'a>(&'a Path);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = kore(&["down"], self.0);
+        }
+    }
+    let _down = Down(&runtime);
+    let mut messages: Vec<Value> = Vec::new();
+    let mut prev_prompt = 0u64;
+    for k in 0..10 {
+        messages.push(json!({"role": "user", "content": format!("Turn {k}: what news?")}));
+        let fresh = json!({"id": k, "messages": messages, "thinking": false, "max_tokens": 10});
+        let mut with = fresh.clone();
+        with["session"] = json!("vm-chat");
+        let a = ask(&with, dir.path(), &runtime);
+        let b = ask(&fresh, dir.path(), &runtime);
+        assert_eq!(a["token_ids"], b["token_ids"], "turn {k}: session vs fresh prefill");
+        let cached = a["stats"]["cached_tokens"].as_u64().unwrap();
+        let prompt = a["stats"]["prompt_tokens"].as_u64().unwrap();
+        eprintln!("guest turn {k}: prompt {prompt} tokens, {cached} cached");
+        if k == 0 {
+            assert_eq!(cached, 0);
+        } else {
+            assert!(cached + 4 >= prev_prompt && cached < prev_prompt, "turn {k}: {cached}");
+        }
+        assert_eq!(b["stats"]["cached_tokens"], 0);
+        prev_prompt = prompt;
+        messages.push(json!({"role": "assistant", "content": a["text"]}));
+    }
+}
+
+#[test]
+fn bench_concurrency_in_the_guest_and_natively() {
+    require_images();
+    let pack = root().join("model-packs/tiny");
+    let pack = pack.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("rt");
+    let args = ["bench", "--model", pack, "--threads", "2", "--concurrency", "3", "--json"];
+    for native in [false, true] {
+        let mut a = args.to_vec();
+        if native {
+            a.push("--native");
+        }
+        let o = kore(&a, &runtime);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let v: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(v["concurrency"], 3, "native={native}: {v}");
+        let (one, all) = (
+            v["decode_tok_per_s"].as_f64().unwrap(),
+            v["aggregate_decode_tok_per_s"].as_f64().unwrap(),
+        );
+        assert!(one > 0.0 && (all - 3.0 * one).abs() <= 1e-6 * all, "native={native}: {v}");
+    }
+    let o =
+        kore(&["bench", "--native", "--model", pack, "--mtp", "2", "--concurrency", "2"], &runtime);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("one sequence at a time"));
+}
