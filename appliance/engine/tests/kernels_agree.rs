@@ -94,6 +94,8 @@ fn nvfp4_paths_agree_with_generic() {
             (2, 400),
             (9, 1040),
             (4, 2064),
+            (7, 192),
+            (3, 336),
         ] {
             let packed = rng.bytes(rows * cols / 2);
             let sc = scales(&mut rng, rows * cols / 16);

@@ -25,9 +25,35 @@ const E2M1_I8: [i8; 32] = [
     0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
 ];
 
-/// The four E4M3 block scales at `p` times `gs`, each repeated for the two
-/// dword lanes of its block: exactly `E4M3_TABLE[b] * gs` for every byte
-/// except the NaN codes (which `pack verify` rejects).
+/// Eight E4M3 bytes (as dwords) decoded and times `gs`: exactly
+/// `E4M3_TABLE[b] * gs` for every byte except the NaN codes (which `pack
+/// verify` rejects).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn e4m3x8(b: __m256i, gs: __m256) -> __m256 {
+    let mag = _mm256_slli_epi32::<20>(_mm256_and_si256(b, _mm256_set1_epi32(0x7F)));
+    let sign = _mm256_slli_epi32::<24>(_mm256_and_si256(b, _mm256_set1_epi32(0x80)));
+    let v = _mm256_castsi256_ps(_mm256_or_si256(mag, sign));
+    let v = _mm256_mul_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7B80_0000)));
+    _mm256_mul_ps(v, gs)
+}
+
+/// The scales of the two chunks whose 8 block scales start at `p`: each
+/// block's scale times `gs` in the two dword lanes of its block.
+///
+/// # Safety
+/// AVX2 must be available; 8 readable bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weight_scales2(p: *const u8, gs: __m256) -> [__m256; 2] {
+    // SAFETY: 8 bytes at `p` by the caller.
+    let s = e4m3x8(_mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(p as *const __m128i) }), gs);
+    let (a, b) =
+        (_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+    [_mm256_permutevar8x32_ps(s, a), _mm256_permutevar8x32_ps(s, b)]
+}
+
+/// The scales of the one chunk whose 4 block scales start at `p`.
 ///
 /// # Safety
 /// AVX2 must be available; 4 readable bytes at `p`.
@@ -35,16 +61,9 @@ const E2M1_I8: [i8; 32] = [
 #[target_feature(enable = "avx2,fma")]
 unsafe fn weight_scales(p: *const u8, gs: __m256) -> __m256 {
     // SAFETY: 4 bytes at `p` by the caller.
-    unsafe {
-        let b = _mm_cvtsi32_si128(i32::from_le_bytes(*(p as *const [u8; 4])));
-        let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
-        let b = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(b, dup));
-        let mag = _mm256_slli_epi32::<20>(_mm256_and_si256(b, _mm256_set1_epi32(0x7F)));
-        let sign = _mm256_slli_epi32::<24>(_mm256_and_si256(b, _mm256_set1_epi32(0x80)));
-        let v = _mm256_castsi256_ps(_mm256_or_si256(mag, sign));
-        let v = _mm256_mul_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7B80_0000)));
-        _mm256_mul_ps(v, gs)
-    }
+    let b = _mm_cvtsi32_si128(i32::from_le_bytes(unsafe { *(p as *const [u8; 4]) }));
+    let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
+    e4m3x8(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(b, dup)), gs)
 }
 
 /// One NVFP4 row (`packed` = cols/2 bytes, `scales` = cols/16) against `N`
@@ -72,16 +91,23 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
         let lut = _mm256_loadu_si256(E2M1_I8.as_ptr() as *const __m256i);
         let (nib, ones, gsv) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1), _mm256_set1_ps(gs));
         let mut acc = [_mm256_setzero_ps(); N];
+        let mut pair = [_mm256_setzero_ps(); 2];
         for c in 0..chunks {
             let p = packed.as_ptr().add(32 * c);
-            if c % 2 == 0 {
+            // Block scales two chunks at a time (one decode of 8 bytes).
+            let ws = if c % 2 == 0 && c + 2 <= chunks {
                 super::prefetch_ahead(p);
-            }
+                pair = weight_scales2(scales.as_ptr().add(4 * c), gsv);
+                pair[0]
+            } else if c % 2 == 1 {
+                pair[1]
+            } else {
+                weight_scales(scales.as_ptr().add(4 * c), gsv)
+            };
             let d = _mm256_loadu_si256(p as *const __m256i);
             let lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(d, nib));
             let hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16::<4>(d), nib));
             let (alo, ahi) = (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi));
-            let ws = weight_scales(scales.as_ptr().add(4 * c), gsv);
             for (t, a) in acc.iter_mut().enumerate() {
                 let q = x.q.as_ptr().add(t * cols + 64 * c);
                 let qe = _mm256_loadu_si256(q as *const __m256i);
