@@ -15,6 +15,9 @@
 use crate::config::{ExpectedTensor, LinearGroup, ModelConfig, TensorKind};
 use crate::error::{PackError, Result};
 use crate::manifest::Scheme;
+use crate::output::WeightsWriter;
+use crate::progress::Progress;
+use crate::safetensors::{to_f32, TensorRef};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -122,6 +125,41 @@ pub fn dequantize_q8_row(q: &[u8], scales: &[u8], out: &mut [f32]) {
             *v = f32::from(c as i8) * s;
         }
     }
+}
+
+/// Elements converted per chunk when streaming a head.
+const CHUNK_ELEMS: usize = 1 << 20;
+
+/// Streams a `q8` quantization row by row ([`quantize_q8_row`]).
+pub(crate) fn write_q8(
+    w: &mut WeightsWriter,
+    module: &str,
+    src: &TensorRef<'_>,
+    cols: usize,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let size = src.dtype.size() as usize;
+    let rows_per_chunk = (CHUNK_ELEMS / cols).max(1);
+    let (mut q, mut scales) = (Vec::new(), Vec::new());
+    w.begin(&format!("{module}.weight"))?;
+    for (c, chunk) in src.data.chunks(rows_per_chunk * cols * size).enumerate() {
+        let vals = to_f32(src.name, src.dtype, chunk)?;
+        q.clear();
+        for (r, row) in vals.chunks_exact(cols).enumerate() {
+            quantize_q8_row(row, &mut q, &mut scales).map_err(|_| PackError::Quant {
+                tensor: src.name.to_string(),
+                reason: format!(
+                    "non-finite value in row {}; fix the checkpoint",
+                    c * rows_per_chunk + r
+                ),
+            })?;
+        }
+        w.write(&q)?;
+        progress.inc(q.len() as u64);
+    }
+    w.write_tensor(&format!("{module}.weight_scale"), &scales)?;
+    progress.inc(scales.len() as u64);
+    Ok(())
 }
 
 #[cfg(test)]

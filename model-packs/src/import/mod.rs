@@ -403,7 +403,7 @@ fn write_action(w: &mut WeightsWriter, action: &Action<'_>, progress: &dyn Progr
             write_quantized(w, module, src, *rows, *cols, progress)
         }
         Action::QuantizeQ8 { module, src, cols, .. } => {
-            write_q8(w, module, src, *cols as usize, progress)
+            crate::head::write_q8(w, module, src, *cols as usize, progress)
         }
         Action::Copy { parts, .. } => parts.iter().try_for_each(|(name, t)| {
             progress.inc(t.data.len() as u64);
@@ -495,40 +495,6 @@ fn write_quantized(
     w.write_tensor(&format!("{module}.weight_scale"), &scales)?;
     w.write_tensor(&format!("{module}.weight_scale_2"), &s2.to_le_bytes())?;
     progress.inc(scales.len() as u64 + 4);
-    Ok(())
-}
-
-/// Streams a `q8` quantization row by row ([`crate::head::quantize_q8_row`]).
-fn write_q8(
-    w: &mut WeightsWriter,
-    module: &str,
-    src: &TensorRef<'_>,
-    cols: usize,
-    progress: &dyn Progress,
-) -> Result<()> {
-    let size = src.dtype.size() as usize;
-    let rows_per_chunk = (CHUNK_ELEMS as usize / cols).max(1);
-    let (mut q, mut scales) = (Vec::new(), Vec::new());
-    w.begin(&format!("{module}.weight"))?;
-    for (c, chunk) in src.data.chunks(rows_per_chunk * cols * size).enumerate() {
-        let vals = to_f32(src.name, src.dtype, chunk)?;
-        q.clear();
-        for (r, row) in vals.chunks_exact(cols).enumerate() {
-            crate::head::quantize_q8_row(row, &mut q, &mut scales).map_err(|_| {
-                PackError::Quant {
-                    tensor: src.name.to_string(),
-                    reason: format!(
-                        "non-finite value in row {}; fix the checkpoint",
-                        c * rows_per_chunk + r
-                    ),
-                }
-            })?;
-        }
-        w.write(&q)?;
-        progress.inc(q.len() as u64);
-    }
-    w.write_tensor(&format!("{module}.weight_scale"), &scales)?;
-    progress.inc(scales.len() as u64);
     Ok(())
 }
 
