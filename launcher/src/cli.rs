@@ -244,7 +244,32 @@ pub enum PackCommand {
         /// Seed of the random weights: the same preset and seed give byte-identical packs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Storage of the output head (a tied model gets a separate copy for
+        /// q8/nvfp4); default q8 (docs/pack-format.md).
+        #[arg(long, value_enum)]
+        head: Option<Head>,
     },
+}
+
+/// Output head storage (`--head`); see docs/pack-format.md for the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Head {
+    /// bfloat16 (a tied model's embedding is its head).
+    Bf16,
+    /// int8 with one f16 scale per 32 columns.
+    Q8,
+    /// NVFP4, as the other linears.
+    Nvfp4,
+}
+
+impl From<Head> for kore_pack::head::HeadFormat {
+    fn from(h: Head) -> Self {
+        match h {
+            Head::Bf16 => Self::Bf16,
+            Head::Q8 => Self::Q8,
+            Head::Nvfp4 => Self::Nvfp4,
+        }
+    }
 }
 
 /// Arguments of `pack import`.
@@ -271,6 +296,10 @@ pub struct PackImportArgs {
     /// Context length recorded in pack.toml (default: the config's max_position_embeddings).
     #[arg(long)]
     pub context_length: Option<u64>,
+    /// Storage of the output head (default: bf16 with `--quant bf16` or
+    /// `--quantize ...,lm-head` meaning nvfp4, else q8).
+    #[arg(long, value_enum)]
+    pub head: Option<Head>,
 }
 
 /// Quantization choice for `pack import`.

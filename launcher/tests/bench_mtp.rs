@@ -81,6 +81,12 @@ fn mtp_3_reports_acceptance_per_position_and_speedup() {
         assert!(profile[phase].as_f64().unwrap() >= 0.0, "{phase} in {profile:?}");
     }
     assert!(profile["verify_trunk"].as_f64().unwrap() > 0.0, "{profile:?}");
+    // The projection at 3.9 tokens a step with 7 drafts, from the same step costs.
+    let draft = profile["draft_mtp"].as_f64().unwrap() + profile["draft_head"].as_f64().unwrap();
+    let step = num(&v, "step_ms") - draft + 7.0 * draft / drafts;
+    let want = 3.9 * (1e3 / plain) / step;
+    let projected = num(&v, "mtp_projected_speedup");
+    assert!((projected - want).abs() < 1e-6 * want, "projected {projected}, want {want}: {v}");
 }
 
 #[test]

@@ -72,14 +72,19 @@ pub fn inspect(pack: &Pack) -> Inspection {
             continue;
         }
         let module = t.name.rsplit_once('.').map(|(m, _)| m).unwrap_or("");
-        let nvfp4 = matches!(m.quantization.modules.get(module), Some(Scheme::Nvfp4));
+        let scheme = m.quantization.modules.get(module);
         let numel: u64 = t.shape.iter().product();
-        params += match (nvfp4, t.name.ends_with(".weight")) {
-            (true, true) => numel * 2,
-            (true, false) => 0,
-            (false, _) => numel,
+        let weight = t.name.ends_with(".weight");
+        params += match (scheme, weight) {
+            (Some(Scheme::Nvfp4), true) => numel * 2,
+            (Some(_), false) => 0,
+            (_, _) => numel,
         };
-        let quant = if nvfp4 { "nvfp4" } else { "none" };
+        let quant = match scheme {
+            Some(Scheme::Nvfp4) => "nvfp4",
+            Some(Scheme::Q8) => "q8",
+            None => "none",
+        };
         *by_quant.entry(quant.to_string()).or_insert(0) += t.nbytes();
         *by_dtype.entry(t.dtype.to_string()).or_insert(0) += t.nbytes();
         rows.push(TensorRow {
@@ -102,7 +107,7 @@ pub fn inspect(pack: &Pack) -> Inspection {
         vocab_size: m.config.vocab_size,
         tensors: rows,
         parameters: params,
-        nvfp4_modules: m.quantization.modules.len(),
+        nvfp4_modules: m.quantization.modules.values().filter(|s| **s == Scheme::Nvfp4).count(),
         bytes_by_quant: by_quant,
         bytes_by_dtype: by_dtype,
         padding_bytes: padding,

@@ -17,6 +17,7 @@ mod engine;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod head;
 pub mod import;
 pub mod inspect;
 pub mod manifest;

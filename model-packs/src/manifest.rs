@@ -70,6 +70,8 @@ pub struct TokenizerEntry {
 pub enum Scheme {
     /// ModelOpt NVFP4: `weight` U8, `weight_scale` F8_E4M3, `weight_scale_2` F32.
     Nvfp4,
+    /// int8 `weight` I8 with F16 `weight_scale` per 32 columns (output heads).
+    Q8,
 }
 
 /// Quantization section.

@@ -39,6 +39,13 @@ pub enum LinearRef<'a> {
         /// Per-tensor scale.
         weight_scale_2: f32,
     },
+    /// int8 with F16 scales per 32 columns (a `q8` head).
+    Q8 {
+        /// int8 values `[out, in]`.
+        weight: TensorRef<'a>,
+        /// F16 block scales `[out, in/32]`.
+        weight_scale: TensorRef<'a>,
+    },
 }
 
 impl Pack {
@@ -125,6 +132,10 @@ impl Pack {
                 let s2 = self.tensor(&format!("{module}.weight_scale_2"))?;
                 let weight_scale_2 = f32::from_le_bytes(s2.data.try_into().ok()?);
                 Some(LinearRef::Nvfp4 { weight, weight_scale, weight_scale_2 })
+            }
+            Some(Scheme::Q8) => {
+                let weight_scale = self.tensor(&format!("{module}.weight_scale"))?;
+                Some(LinearRef::Q8 { weight, weight_scale })
             }
             None => Some(LinearRef::Float(weight)),
         }
@@ -268,15 +279,22 @@ pub fn check_tensors(file: &Path, manifest: &Manifest, header: &SafetensorsHeade
             });
         }
     }
-    let expected = manifest.config.expected_tensors();
+    let expected = crate::head::expected_tensors(&manifest.config, &manifest.quantization.modules);
     let mut used: HashSet<String> = HashSet::new();
     let mut linear_modules = HashSet::new();
     for e in &expected {
         if let Some(m) = e.module() {
             linear_modules.insert(m.to_string());
-            if let Some(Scheme::Nvfp4) = manifest.quantization.modules.get(m) {
-                check_nvfp4(file, header, e, m, &mut used)?;
-                continue;
+            match manifest.quantization.modules.get(m) {
+                Some(Scheme::Nvfp4) => {
+                    check_nvfp4(file, header, e, m, &mut used)?;
+                    continue;
+                }
+                Some(Scheme::Q8) => {
+                    check_q8(file, header, e, m, &mut used)?;
+                    continue;
+                }
+                None => {}
             }
         }
         check_plain(file, header, e)?;
@@ -361,6 +379,50 @@ fn check_nvfp4(
                 file: file.to_path_buf(),
                 tensor: name,
                 reason: format!("NVFP4 needs dtype {dtype}, found {}", t.dtype),
+            });
+        }
+        if t.shape != shape {
+            return Err(PackError::ShapeMismatch {
+                file: file.to_path_buf(),
+                tensor: name,
+                expected: shape,
+                found: t.shape.clone(),
+            });
+        }
+        used.insert(name);
+    }
+    Ok(())
+}
+
+fn check_q8(
+    file: &Path,
+    header: &SafetensorsHeader,
+    e: &ExpectedTensor,
+    module: &str,
+    used: &mut HashSet<String>,
+) -> Result<()> {
+    let (n, k) = (e.shape[0], e.shape[1]);
+    let group = crate::head::Q8_GROUP as u64;
+    if k % group != 0 || module != crate::head::LM_HEAD {
+        return Err(PackError::BadTensor {
+            file: file.to_path_buf(),
+            tensor: e.name.clone(),
+            reason: format!("listed as q8, which only `lm_head` with a multiple of {group} columns may be (input dimension {k})"),
+        });
+    }
+    for (suffix, dtype, shape) in
+        [("weight", Dtype::I8, vec![n, k]), ("weight_scale", Dtype::F16, vec![n, k / group])]
+    {
+        let name = format!("{module}.{suffix}");
+        let t = header.get(&name).ok_or_else(|| PackError::MissingTensor {
+            file: file.to_path_buf(),
+            tensor: name.clone(),
+        })?;
+        if t.dtype != dtype {
+            return Err(PackError::BadTensor {
+                file: file.to_path_buf(),
+                tensor: name,
+                reason: format!("q8 needs dtype {dtype}, found {}", t.dtype),
             });
         }
         if t.shape != shape {

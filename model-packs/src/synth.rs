@@ -11,9 +11,13 @@
 //! The tokenizer is a byte-level BPE with no merges (one token per byte), the
 //! full 248,320-entry vocabulary (unused ids are filler tokens) and Qwen3.5's
 //! special-token ids; see docs/pack-format.md.
+//!
+//! The output head follows `--head` ([`crate::head`]): `q8` heads are random
+//! int8 with F16 block scales of the embedding's magnitude.
 
 use crate::config::{LayerType, ModelConfig, TensorKind, ARCHITECTURE};
 use crate::error::{PackError, Result};
+use crate::head::{HeadFormat, LM_HEAD, Q8_GROUP};
 use crate::manifest::{
     Manifest, Quantization, Scheme, TokenizerEntry, ALIGNMENT, FORMAT_VERSION, TOKENIZER_FILE,
 };
@@ -89,13 +93,21 @@ pub fn preset(name: &str) -> Result<ModelConfig> {
     })
 }
 
-/// Writes a synthetic pack for `preset_name` into `out`, seeded by `seed`.
-pub fn synth(preset_name: &str, out: &Path, seed: u64, progress: &dyn Progress) -> Result<Pack> {
+/// Writes a synthetic pack for `preset_name` into `out`, seeded by `seed`,
+/// with the output head stored as `head`.
+pub fn synth(
+    preset_name: &str,
+    out: &Path,
+    seed: u64,
+    head: HeadFormat,
+    progress: &dyn Progress,
+) -> Result<Pack> {
     let config = preset(preset_name)?;
-    synth_config(preset_name, config, out, seed, progress)
+    synth_config_with(preset_name, config, out, seed, Some(head), progress)
 }
 
-/// Writes a synthetic pack for an arbitrary `config` (used by tests with tiny shapes).
+/// Writes a synthetic pack for an arbitrary `config` (used by tests with tiny
+/// shapes): an untied head as NVFP4, a tied one as the embedding.
 pub fn synth_config(
     name: &str,
     config: ModelConfig,
@@ -103,13 +115,50 @@ pub fn synth_config(
     seed: u64,
     progress: &dyn Progress,
 ) -> Result<Pack> {
+    synth_config_with(name, config, out, seed, None, progress)
+}
+
+/// [`synth_config`] with the head stored as `head` (`None`: as
+/// [`synth_config`] does).
+pub fn synth_config_with(
+    name: &str,
+    config: ModelConfig,
+    out: &Path,
+    seed: u64,
+    head: Option<HeadFormat>,
+    progress: &dyn Progress,
+) -> Result<Pack> {
     config.validate(Path::new(name))?;
-    let expected = config.expected_tensors();
+    let mut expected = config.expected_tensors();
+    let separate = matches!(head, Some(HeadFormat::Q8 | HeadFormat::Nvfp4));
+    if config.tie_word_embeddings && separate {
+        expected.push(crate::head::separate_head(&config));
+    }
     let mut specs = Vec::new();
     let mut modules = BTreeMap::new();
     let mut jobs = Vec::new();
     for e in &expected {
+        let is_head = e.module() == Some(LM_HEAD);
         match (e.kind, e.module()) {
+            (TensorKind::Linear(_), Some(m))
+                if is_head && head == Some(HeadFormat::Q8) && e.shape[1] % Q8_GROUP as u64 == 0 =>
+            {
+                let (n, k) = (e.shape[0], e.shape[1]);
+                specs.push(TensorSpec::new(format!("{m}.weight"), Dtype::I8, vec![n, k]));
+                specs.push(TensorSpec::new(
+                    format!("{m}.weight_scale"),
+                    Dtype::F16,
+                    vec![n, k / Q8_GROUP as u64],
+                ));
+                modules.insert(m.to_string(), Scheme::Q8);
+                jobs.push(Job::Q8 { module: m.to_string(), n, k });
+            }
+            (TensorKind::Linear(_), _) if is_head && head == Some(HeadFormat::Bf16) => {
+                specs.push(TensorSpec::new(e.name.clone(), Dtype::BF16, e.shape.clone()));
+                let numel = e.shape.iter().product();
+                let init = init_for(&e.name, e.kind);
+                jobs.push(Job::Plain { name: e.name.clone(), dtype: Dtype::BF16, numel, init });
+            }
             (TensorKind::Linear(_), Some(m)) if e.shape[1] % GROUP as u64 == 0 => {
                 let (n, k) = (e.shape[0], e.shape[1]);
                 specs.push(TensorSpec::new(format!("{m}.weight"), Dtype::U8, vec![n, k / 2]));
@@ -192,6 +241,7 @@ fn init_for(name: &str, kind: TensorKind) -> Init {
 
 enum Job {
     Nvfp4 { module: String, n: u64, k: u64 },
+    Q8 { module: String, n: u64, k: u64 },
     Plain { name: String, dtype: Dtype, numel: u64, init: Init },
 }
 
@@ -215,6 +265,19 @@ fn write_job(
             })?;
             let s2 = 1.0 / (717.0 * (*k as f32).sqrt());
             w.write_tensor(&format!("{module}.weight_scale_2"), &s2.to_le_bytes())
+        }
+        Job::Q8 { module, n, k } => {
+            w.begin(&format!("{module}.weight"))?;
+            stream(w, n * k, &mut buf, progress, |b| {
+                rng.fill(b);
+                b.iter_mut().for_each(|x| *x = (*x as i8).max(-127) as u8);
+            })?;
+            // Uniform int8 in ±127 times 0.05 / 127: the embedding's range.
+            let s = half::f16::from_f32(0.05 / 127.0).to_le_bytes();
+            w.begin(&format!("{module}.weight_scale"))?;
+            stream(w, n * k / Q8_GROUP as u64 * 2, &mut buf, progress, |b| {
+                b.chunks_exact_mut(2).for_each(|e| e.copy_from_slice(&s));
+            })
         }
         Job::Plain { name, dtype, numel, init } => {
             w.begin(name)?;

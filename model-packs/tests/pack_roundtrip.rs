@@ -60,10 +60,8 @@ fn nvfp4_import_quantizes_exactly_and_stays_close() {
     verify(&out, &NoProgress).unwrap();
     let pack = Pack::open(&out).unwrap();
     let m = &pack.manifest().quantization.modules;
-    assert!(
-        !m.contains_key("lm_head") && !m.contains_key("mtp.fc"),
-        "lm_head and mtp.fc stay BF16 by default"
-    );
+    assert!(!m.contains_key("mtp.fc"), "mtp.fc stays BF16 by default");
+    assert_eq!(m.get("lm_head"), Some(&Scheme::Q8), "the default head is q8");
     assert_eq!(m.get("mtp.layers.0.mlp.up_proj"), Some(&Scheme::Nvfp4));
     // The streaming importer gives the same bytes as the reference-checked quantizer.
     for module in [
@@ -89,11 +87,14 @@ fn nvfp4_import_quantizes_exactly_and_stays_close() {
     }
     // The engine's NVFP4 path over the pack equals the engine over an F32
     // checkpoint holding the dequantized weights (up to summation order), on
-    // a kernel path with f32 activations: the `avx512vnni` path quantizes
-    // activations to int8 by design (its own agreement tests are in
-    // kore-engine), which is not what this checks.
-    if kore_engine::simd::active() == kore_engine::simd::Path::Avx512Vnni {
-        kore_engine::simd::force(Some(kore_engine::simd::Path::Avx512)).unwrap();
+    // a kernel path with f32 activations: the `avx512vnni` and `avx2` paths
+    // quantize NVFP4 activations to int8 by design (their own agreement
+    // tests are in kore-engine), which is not what this checks.
+    use kore_engine::simd::{active, force, Path as K};
+    match active() {
+        K::Avx512Vnni => force(Some(K::Avx512)).unwrap(),
+        K::Avx2 => force(Some(K::Generic)).unwrap(),
+        _ => {}
     }
     let deq = temp_dir("hf-dequantized");
     std::fs::copy(hf.join("config.json"), deq.join("config.json")).unwrap();
@@ -109,6 +110,16 @@ fn nvfp4_import_quantizes_exactly_and_stays_close() {
                     weight_scale: weight_scale.data.to_vec(),
                     weight_scale_2,
                 })
+            }
+            Some(LinearRef::Q8 { weight, weight_scale }) => {
+                let mut v = vec![0.0; weight.data.len()];
+                let (cols, blocks) = (e.shape[1] as usize, 2 * e.shape[1] as usize / 32);
+                for (r, out) in v.chunks_exact_mut(cols).enumerate() {
+                    let (q, s) =
+                        (&weight.data[r * cols..][..cols], &weight_scale.data[r * blocks..]);
+                    kore_pack::head::dequantize_q8_row(q, &s[..blocks], out);
+                }
+                v
             }
             _ => values.iter().find(|(n, _)| n == &e.name).unwrap().1.clone(),
         };

@@ -33,6 +33,7 @@ fn committed_pack_is_the_documented_import_of_tiny_hf() {
         keep: vec!["model.layers.0.*".into()],
         name: Some("tiny".into()),
         context_length: None,
+        head: Some(kore_pack::head::HeadFormat::Bf16),
     };
     import(&repo("tiny-hf"), &out, &opts, &NoProgress).unwrap();
     let a = Pack::open(&committed).unwrap();

@@ -122,6 +122,7 @@ pub fn run(
             mtp_drafts_per_step: m.drafts_per_step,
             plain_decode_tok_per_s: m.plain_decode_tok_per_s,
             mtp_speedup: m.speedup,
+            mtp_projected_speedup: m.projected_speedup,
             mtp_draft_vocab: u32::try_from(m.draft_vocab).unwrap_or(u32::MAX),
         }),
     })

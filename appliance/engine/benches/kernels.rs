@@ -2,7 +2,7 @@
 //! of the matrix kernels on every supported path, in Qwen3.5-2B shapes.
 //! Prints GB/s of weights streamed for matvec and GFLOP/s for 16-token tiles.
 //! `KORE_BENCH_THREADS` sets the pool size (default: all cores);
-//! `KORE_BENCH_PATH` (`generic`, `avx2`, `avx512`, `avx512bf16`) runs one
+//! `KORE_BENCH_PATH` (`generic`, `avx2`, `avx512`, `avx512vnni`) runs one
 //! path only; `KORE_BENCH_ROWS` sets the row count (small = in cache).
 
 use std::time::Instant;
@@ -78,6 +78,10 @@ fn main() {
         .map(|(i, b)| if i % 2 == 1 { 0x3D | (b & 0x80) } else { *b })
         .collect::<Vec<u8>>();
     let bw = Linear::Dense { dtype: DType::BF16, data: &bf, rows, cols };
+    // A q8 head: int8 with F16 block scales of 2^-8 (0x1C00).
+    let q8 = bytes(rows * cols, 4);
+    let q8_scales: Vec<u8> = [0x00, 0x1C].repeat(rows * cols / 32);
+    let qw = Linear::Q8 { data: &q8, scales: &q8_scales, rows, cols };
     // `KORE_BENCH_TOKENS=1,4,8` picks the token counts (default 1, 4, 16).
     let token_counts: Vec<usize> = std::env::var("KORE_BENCH_TOKENS")
         .ok()
@@ -91,7 +95,7 @@ fn main() {
     drop(probe);
     let only = std::env::var("KORE_BENCH_PATH").ok().and_then(|v| Path::from_name(v.trim()));
     for path in Path::ALL.into_iter().filter(|p| p.supported() && only.is_none_or(|o| o == *p)) {
-        for (name, w) in [("nvfp4", &nv), ("bf16", &bw)] {
+        for (name, w) in [("nvfp4", &nv), ("bf16", &bw), ("q8", &qw)] {
             for &tokens in &token_counts {
                 let x = vec![0.5f32; tokens * cols];
                 let mut y = vec![0.0f32; tokens * rows];

@@ -115,6 +115,35 @@ pub struct MtpReport {
     /// Milliseconds a speculative step spent per phase (mean over steps),
     /// [`crate::spec::StepProfile::phases`] order, then `other`.
     pub profile_ms: Vec<(&'static str, f64)>,
+    /// Projected, not measured: the speedup at the reference acceptance
+    /// ([`REFERENCE_TOKENS_PER_STEP`] tokens a step with [`REFERENCE_DRAFTS`]
+    /// drafts) from this run's step costs ([`projected_speedup`]).
+    pub projected_speedup: f64,
+}
+
+/// Tokens a step the reference MTP acceptance gives (Qwen3.5 with 7 drafts).
+pub const REFERENCE_TOKENS_PER_STEP: f64 = 3.9;
+/// Drafts a step of the reference acceptance.
+pub const REFERENCE_DRAFTS: usize = 7;
+
+/// The speedup over plain decoding that `tokens_per_step` accepted tokens
+/// with `drafts` drafts a step would give, from measured costs: a plain step
+/// of `plain_step_ms`, a speculative step of `step_ms` that made
+/// `drafts_made` drafts in `draft_ms` (MTP layer + draft head). The
+/// projected step is the measured one minus its drafts plus `drafts` drafts
+/// at the measured cost each; its verify part is the one measured (for
+/// `drafts_made + 1` tokens: exact when the run drafted `drafts` a step).
+pub fn projected_speedup(
+    plain_step_ms: f64,
+    step_ms: f64,
+    draft_ms: f64,
+    drafts_made: f64,
+    drafts: usize,
+    tokens_per_step: f64,
+) -> f64 {
+    let per_draft = if drafts_made > 0.0 { draft_ms / drafts_made } else { 0.0 };
+    let step = (step_ms - draft_ms).max(0.0) + drafts as f64 * per_draft;
+    tokens_per_step * plain_step_ms / step.max(1e-9)
 }
 
 /// A nanosecond clock (monotonic).
@@ -395,6 +424,16 @@ impl SpecRun {
             st.profile.phases().iter().map(|&(n, ns)| (n, ns as f64 / 1e6 / steps)).collect();
         let known: f64 = profile_ms.iter().map(|e| e.1).sum();
         profile_ms.push(("other", (step_ms - known).max(0.0)));
+        let draft_ms: f64 =
+            profile_ms.iter().filter(|e| e.0.starts_with("draft")).map(|e| e.1).sum();
+        let projected_speedup = projected_speedup(
+            1e3 / plain_tok_per_s.max(1e-9),
+            step_ms,
+            draft_ms,
+            drafted as f64 / steps,
+            REFERENCE_DRAFTS,
+            REFERENCE_TOKENS_PER_STEP,
+        );
         MtpReport {
             drafts,
             drafts_per_step: drafted as f64 / steps,
@@ -403,6 +442,7 @@ impl SpecRun {
             acceptance,
             draft_vocab: opts.draft_vocab,
             profile_ms,
+            projected_speedup,
         }
     }
 }
@@ -462,4 +502,22 @@ fn decode_mtp(
 
 fn secs(ns: u64) -> f64 {
     ns.max(1) as f64 / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::projected_speedup;
+
+    #[test]
+    fn projection_swaps_the_measured_drafts_for_the_reference_count() {
+        // 7 drafts measured at 1 ms each, verify 13 ms: the step as measured.
+        let s = projected_speedup(10.0, 20.0, 7.0, 7.0, 7, 3.9);
+        assert!((s - 3.9 * 10.0 / 20.0).abs() < 1e-12, "{s}");
+        // 3 drafts measured at 1 ms each: 4 more drafts are added.
+        let s = projected_speedup(10.0, 16.0, 3.0, 3.0, 7, 3.9);
+        assert!((s - 3.9 * 10.0 / 20.0).abs() < 1e-12, "{s}");
+        // No drafts measured: the verify step alone.
+        let s = projected_speedup(10.0, 12.0, 0.0, 0.0, 7, 3.9);
+        assert!((s - 3.9 * 10.0 / 12.0).abs() < 1e-12, "{s}");
+    }
 }

@@ -17,8 +17,12 @@
 
 mod delta;
 pub mod generic;
+mod q8act;
 
 pub use delta::{delta_step, delta_step_with, gemm_acc, gemm_acc_with, DeltaToken, Mat, MatMut};
+pub use q8act::round_q8;
+
+use q8act::{quantize_q8, Q8};
 
 use alloc::borrow::Cow;
 use alloc::vec;
@@ -107,7 +111,7 @@ pub fn matmul_with(
 enum Prepared<'x> {
     /// f32, in place or permuted for the NVFP4/bf16 kernels.
     F32(Cow<'x, [f32]>),
-    /// int8 per 16-column block, for the VNNI NVFP4 kernel.
+    /// int8 per 16-column block, for the VNNI and AVX2 NVFP4 kernels.
     Q8(Q8),
 }
 
@@ -148,120 +152,12 @@ enum Xs<'a> {
     Q8(crate::simd::avx512vnni::Q8In<'a>),
 }
 
-/// Activations quantized per 16-column block: `q = round(x * 127 / amax)`,
-/// permuted per full 128 columns as `[even | odd]`; per 8-column group
-/// `corr = -OFFSET * sum(q)` and `scale = amax / 127 / 2`.
-struct Q8 {
-    q: Vec<i8>,
-    corr: Vec<i32>,
-    scale: Vec<f32>,
-}
-
-/// The int8 value and scale of every column of `x` (per 16-column block;
-/// `x.len() % 16 == 0`): what the VNNI kernel multiplies. Rounds half away
-/// from zero; a block that is all zeros or not finite gets scale 0.
-fn q8_block(blk: &[f32], q: &mut [i8; 16]) -> f32 {
-    let amax = blk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let (scale, inv) =
-        if amax > 0.0 && amax.is_finite() { (amax / 127.0, 127.0 / amax) } else { (0.0, 0.0) };
-    for (o, v) in q.iter_mut().zip(blk) {
-        let y = v * inv;
-        *o = (y + if y >= 0.0 { 0.5 } else { -0.5 }).clamp(-127.0, 127.0) as i8;
-    }
-    scale
-}
-
-/// `x` as the VNNI NVFP4 kernel sees it (quantized to int8 per 16-column
-/// block and back): its twin is the generic path on these values.
-/// `x.len()` must be a multiple of 16 (NVFP4 column counts are).
-pub fn round_q8(x: &[f32]) -> Vec<f32> {
-    let mut q = [0i8; 16];
-    x.chunks(16)
-        .flat_map(|blk| {
-            let s = q8_block(blk, &mut q);
-            q.map(|v| f32::from(v) * s).into_iter().take(blk.len())
-        })
-        .collect()
-}
-
-/// Position of column `i` of a 128-column chunk in the `[even | odd]` layout.
-fn even_odd(i: usize) -> usize {
-    (i % 2) * 64 + i / 2
-}
-
-/// [`Q8`] of `x` (`[tokens, cols]`): AVX-512 for the blocks of full
-/// 128-column chunks when `simd` (bit-identical to [`q8_block`]; blocks with
-/// a NaN or an infinity take the scalar path), [`q8_block`] for the rest.
-fn quantize_q8(x: &[f32], tokens: usize, cols: usize, simd: bool) -> Q8 {
-    let mut q = vec![0i8; tokens * cols];
-    let mut corr = vec![0i32; tokens * cols / 8];
-    let mut scale = vec![0.0f32; tokens * cols / 8];
-    let full = cols / 128 * 128;
-    let mut qb = [0i8; 16];
-    for t in 0..tokens {
-        for b in 0..cols / 16 {
-            let c0 = 16 * b;
-            let g = (t * cols + c0) / 8;
-            let row = &mut q[t * cols..(t + 1) * cols];
-            if simd && c0 < full {
-                if let Some((s, sums)) =
-                    q8_block_simd(&x[t * cols + c0..t * cols + c0 + 16], &mut qb)
-                {
-                    scale[g..g + 2].fill(0.5 * s);
-                    corr[g] = -OFFSET_Q8 * sums[0];
-                    corr[g + 1] = -OFFSET_Q8 * sums[1];
-                    // `qb` is [even columns | odd columns] of the block.
-                    let (chunk, at) = (c0 / 128 * 128, c0 % 128);
-                    row[chunk + at / 2..chunk + at / 2 + 8].copy_from_slice(&qb[..8]);
-                    row[chunk + 64 + at / 2..chunk + 64 + at / 2 + 8].copy_from_slice(&qb[8..]);
-                    continue;
-                }
-            }
-            let s = q8_block(&x[t * cols + c0..t * cols + c0 + 16], &mut qb);
-            scale[g..g + 2].fill(0.5 * s);
-            for h in 0..2 {
-                corr[g + h] =
-                    -OFFSET_Q8 * qb[8 * h..8 * h + 8].iter().map(|&v| i32::from(v)).sum::<i32>();
-            }
-            if c0 < full {
-                let (chunk, at) = (c0 / 128 * 128, c0 % 128);
-                for (j, v) in qb.iter().enumerate() {
-                    row[chunk + even_odd(at + j)] = *v;
-                }
-            } else {
-                row[c0..c0 + 16].copy_from_slice(&qb);
-            }
-        }
-    }
-    Q8 { q, corr, scale }
-}
-
-/// One block through `simd::avx512vnni::q8_block16`: `(scale, [sum of the
-/// first 8 q, of the last 8])` with `qb` = [even | odd columns], or `None`
-/// for a block the scalar path must take.
-#[cfg(target_arch = "x86_64")]
-fn q8_block_simd(blk: &[f32], qb: &mut [i8; 16]) -> Option<(f32, [i32; 2])> {
-    let blk: &[f32; 16] = blk.try_into().ok()?;
-    // SAFETY: callers pass `simd` only when the AVX-512 features are present
-    // (the VNNI path, or the test that checks them).
-    unsafe { crate::simd::avx512vnni::q8_block16(blk, qb) }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn q8_block_simd(_: &[f32], _: &mut [i8; 16]) -> Option<(f32, [i32; 2])> {
-    None
-}
-
-#[cfg(target_arch = "x86_64")]
-const OFFSET_Q8: i32 = crate::simd::avx512vnni::OFFSET;
-#[cfg(not(target_arch = "x86_64"))]
-const OFFSET_Q8: i32 = 12;
-
 /// Whether `path` quantizes the activations of products with `w` to int8
-/// (NVFP4 weights on `avx512vnni`); its result then equals the generic
-/// path's on [`round_q8`] of the activations, up to the order of the sums.
+/// (NVFP4 weights on `avx512vnni` and `avx2`); its result then equals the
+/// generic path's on [`round_q8`] of the activations, up to the order of
+/// the sums.
 pub fn q8_activations(path: Path, w: &Linear<'_>) -> bool {
-    path == Path::Avx512Vnni && matches!(w, Linear::Nvfp4 { .. })
+    matches!(path, Path::Avx512Vnni | Path::Avx2) && matches!(w, Linear::Nvfp4 { .. })
 }
 
 /// One product as the workers see it: prepared input, output, chunking.
@@ -358,13 +254,14 @@ fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scra
 /// Activations as the path's kernel for `w` wants them (see `simd::avx512`).
 fn prepare<'x>(path: Path, w: &Linear<'_>, x: &'x [f32], tokens: usize) -> Prepared<'x> {
     if q8_activations(path, w) {
-        // `q8_activations` holds only on the VNNI path, which has AVX-512.
-        return Prepared::Q8(quantize_q8(x, tokens, w.cols(), true));
+        // The SIMD quantizer needs AVX-512, which the VNNI path has.
+        let vnni = path == Path::Avx512Vnni;
+        let chunk = if vnni { 128 } else { 64 };
+        return Prepared::Q8(quantize_q8(x, tokens, w.cols(), vnni, chunk));
     }
     let avx512 = matches!(path, Path::Avx512 | Path::Avx512Vnni);
     let group = match w {
         Linear::Nvfp4 { .. } if avx512 => 8,
-        Linear::Nvfp4 { .. } if path == Path::Avx2 => 16,
         Linear::Dense { dtype: DType::BF16, .. } if avx512 => 32,
         _ => return Prepared::F32(Cow::Borrowed(x)),
     };
@@ -433,7 +330,7 @@ fn row(
 ) {
     match (path, x) {
         #[cfg(target_arch = "x86_64")]
-        (_, Xs::Q8(q)) => q8_row(w, r, q, n, out),
+        (_, Xs::Q8(q)) => q8_row(path, w, r, q, n, out),
         #[cfg(target_arch = "x86_64")]
         (Path::Avx2 | Path::Avx512 | Path::Avx512Vnni, Xs::F32(x)) => {
             simd_row(path, w, r, x, n, out)
@@ -444,6 +341,7 @@ fn row(
 
 #[cfg(target_arch = "x86_64")]
 fn q8_row(
+    path: Path,
     w: &Linear<'_>,
     r: usize,
     x: crate::simd::avx512vnni::Q8In<'_>,
@@ -456,10 +354,16 @@ fn q8_row(
     };
     let p = &packed[r * cols / 2..(r + 1) * cols / 2];
     let s = &scales[r * cols / 16..(r + 1) * cols / 16];
-    // SAFETY: `matmuls_with` checked the path (VNNI + VBMI) is supported;
-    // slice lengths match the kernel's preconditions (cols % 16 == 0 by load,
-    // the tile holds n tokens of q/corr/scale).
-    unsafe { by_n!(n, k::nvfp4_row, p, s, gs, cols, x, out) }
+    if path == Path::Avx2 {
+        // SAFETY: `matmuls_with` checked AVX2 is supported; the activations
+        // were quantized with 64-column chunks for this kernel.
+        unsafe { by_n!(n, crate::simd::avx2_q8::nvfp4_row, p, s, gs, cols, x, out) }
+    } else {
+        // SAFETY: `matmuls_with` checked the path (VNNI + VBMI) is supported;
+        // slice lengths match the kernel's preconditions (cols % 16 == 0 by
+        // load, the tile holds n tokens of q/corr/scale).
+        unsafe { by_n!(n, k::nvfp4_row, p, s, gs, cols, x, out) }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -469,13 +373,22 @@ fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut
         Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. } => {
             let p = &packed[r * cols / 2..(r + 1) * cols / 2];
             let s = &scales[r * cols / 16..(r + 1) * cols / 16];
+            // AVX2 NVFP4 products take int8 activations (`prepare`).
+            assert!(path != Path::Avx2, "AVX2 NVFP4 rows need int8 activations");
+            // SAFETY: `matmul_with` checked the path is supported; slice
+            // lengths match the kernel's preconditions (cols % 16 == 0 by load).
+            unsafe { by_n!(n, avx512::nvfp4_row, p, s, gs, cols, x, out) }
+        }
+        Linear::Q8 { data, scales, cols, .. } => {
+            let d = &data[r * cols..(r + 1) * cols];
+            let s = &scales[r * cols / 16..(r + 1) * cols / 16]; // cols / 32 F16 scales
             if path != Path::Avx2 {
-                // SAFETY: `matmul_with` checked the path is supported; slice
-                // lengths match the kernel's preconditions (cols % 16 == 0 by load).
-                unsafe { by_n!(n, avx512::nvfp4_row, p, s, gs, cols, x, out) }
+                // SAFETY: path supported (AVX-512 implies F16C here); `d` holds
+                // `cols` int8, `s` cols / 32 F16 scales; x is [n, cols] unpermuted.
+                unsafe { by_n!(n, crate::simd::q8::row_avx512, d, s, cols, x, out) }
             } else {
-                // SAFETY: as above for AVX2.
-                unsafe { by_n!(n, avx2::nvfp4_row, p, s, gs, cols, x, out) }
+                // SAFETY: as above for AVX2 (+FMA, F16C).
+                unsafe { by_n!(n, crate::simd::q8::row_avx2, d, s, cols, x, out) }
             }
         }
         Linear::Dense { dtype, data, cols, .. } => {
@@ -507,59 +420,4 @@ fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut
 /// Dot product of equal-length slices, with 8 partial sums.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     generic::dot(a, b)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Activations with every case the quantizer treats specially: zeros,
-    /// -0.0, exact halves after scaling, tiny and huge magnitudes, denormals,
-    /// and (when `bad`) NaN and infinities.
-    fn activations(n: usize, seed: u32, bad: bool) -> Vec<f32> {
-        let mut s = seed | 1;
-        (0..n)
-            .map(|i| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                let u = (s >> 8) as f32 / (1 << 24) as f32 - 0.5;
-                match (i / 16 + seed as usize) % 9 {
-                    0 => 0.0,
-                    1 => {
-                        if i % 2 == 0 {
-                            -0.0
-                        } else {
-                            0.0
-                        }
-                    }
-                    2 => [127.0, 2.5, -2.5, 0.5, -126.5][i % 5],
-                    3 => u * 1e-40,
-                    4 => u * 3e38,
-                    5 if bad => [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.0][i % 4],
-                    6 => u * 1e-3,
-                    _ => u * 8.0,
-                }
-            })
-            .collect()
-    }
-
-    #[test]
-    fn simd_quantization_is_bit_identical_to_scalar() {
-        if !crate::simd::features().avx512 {
-            eprintln!("no AVX-512 on this CPU: the SIMD quantizer is never used here");
-            return;
-        }
-        for (cols, tokens) in [(128, 1), (256, 3), (144, 2), (2048, 2), (16, 1)] {
-            for seed in 0..12 {
-                let x = activations(cols * tokens, seed, seed % 3 == 0);
-                let (a, b) =
-                    (quantize_q8(&x, tokens, cols, true), quantize_q8(&x, tokens, cols, false));
-                assert_eq!(a.q, b.q, "q, cols {cols} tokens {tokens} seed {seed}");
-                assert_eq!(a.corr, b.corr, "corr, cols {cols} tokens {tokens} seed {seed}");
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&a.scale), bits(&b.scale), "scale, cols {cols} seed {seed}");
-            }
-        }
-    }
 }

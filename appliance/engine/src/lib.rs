@@ -44,4 +44,4 @@ pub use sampling::{Sampler, SamplingParams};
 pub use spec::{generate_spec, Restore, SpecOptions, SpecStats, Speculator};
 pub use state::{Checkpoints, State};
 pub use tensor::{DType, TensorSource, TensorView};
-pub use weights::{Linear, WeightError};
+pub use weights::{Linear, WeightError, Q8_GROUP};

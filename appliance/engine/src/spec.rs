@@ -417,22 +417,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
 
 /// The lm_head restricted to its first `k` rows (0 or >= rows: all).
 fn draft_head<'a>(w: &Linear<'a>, k: usize) -> Linear<'a> {
-    if k == 0 || k >= w.rows() {
-        return *w;
-    }
-    match *w {
-        Linear::Dense { dtype, data, cols, .. } => {
-            let es = dtype.size().unwrap_or(4);
-            Linear::Dense { dtype, data: &data[..k * cols * es], rows: k, cols }
-        }
-        Linear::Nvfp4 { packed, scales, global_scale, cols, .. } => Linear::Nvfp4 {
-            packed: &packed[..k * cols / 2],
-            scales: &scales[..k * cols / 16],
-            global_scale,
-            rows: k,
-            cols,
-        },
-    }
+    w.first_rows(k)
 }
 
 fn prob(dist: &[(u32, f64)], t: u32) -> f64 {

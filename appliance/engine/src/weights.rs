@@ -5,6 +5,9 @@
 //! NVFP4 (ModelOpt): `weight` U8 [N, K/2] with the even column in the low
 //! nibble, `weight_scale` F8_E4M3 [N, K/16], `weight_scale_2` F32 scalar;
 //! value = e2m1(code) * e4m3(block scale) * scale_2.
+//!
+//! Q8 (`pack --head q8`): `weight` I8 [N, K], `weight_scale` F16 [N, K/32];
+//! value = int8 * f16(block scale).
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -94,6 +97,26 @@ pub enum Linear<'a> {
         /// Input features (a multiple of 16).
         cols: usize,
     },
+    /// int8 with one F16 scale per [`Q8_GROUP`] columns (output heads).
+    Q8 {
+        /// [rows, cols] int8 values.
+        data: &'a [u8],
+        /// [rows, cols / Q8_GROUP] F16 block scales, little-endian.
+        scales: &'a [u8],
+        /// Output features.
+        rows: usize,
+        /// Input features (a multiple of [`Q8_GROUP`]).
+        cols: usize,
+    },
+}
+
+/// Columns per F16 scale of a [`Linear::Q8`] weight.
+pub const Q8_GROUP: usize = 32;
+
+/// Block `b`'s scale of a Q8 row (`scales` = F16 little-endian bytes).
+#[inline]
+pub(crate) fn q8_scale(scales: &[u8], b: usize) -> f32 {
+    half::f16::from_le_bytes([scales[2 * b], scales[2 * b + 1]]).to_f32()
 }
 
 /// E2M1 magnitudes for codes 0-7 (bit 3 is the sign).
@@ -114,11 +137,14 @@ pub fn e4m3_to_f32(b: u8) -> f32 {
     }
 }
 
-/// Every E4M3 byte decoded (the same values as [`e4m3_to_f32`]), for kernels.
-pub(crate) static E4M3_TABLE: [f32; 256] = e4m3_table();
+/// Every E4M3 byte decoded by the bit trick the SIMD kernels use (checked
+/// against [`e4m3_to_f32`] in the tests).
+#[cfg(test)]
+static E4M3_TABLE: [f32; 256] = e4m3_table();
 
 /// E4M3 by moving exponent and mantissa into f32 bit positions and scaling by
 /// 2^120 (exact for normals and subnormals alike).
+#[cfg(test)]
 const fn e4m3_table() -> [f32; 256] {
     let mut t = [0.0f32; 256];
     let mut b = 0;
@@ -148,14 +174,18 @@ impl<'a> Linear<'a> {
     /// Output features.
     pub fn rows(&self) -> usize {
         match *self {
-            Linear::Dense { rows, .. } | Linear::Nvfp4 { rows, .. } => rows,
+            Linear::Dense { rows, .. } | Linear::Nvfp4 { rows, .. } | Linear::Q8 { rows, .. } => {
+                rows
+            }
         }
     }
 
     /// Input features.
     pub fn cols(&self) -> usize {
         match *self {
-            Linear::Dense { cols, .. } | Linear::Nvfp4 { cols, .. } => cols,
+            Linear::Dense { cols, .. } | Linear::Nvfp4 { cols, .. } | Linear::Q8 { cols, .. } => {
+                cols
+            }
         }
     }
 
@@ -164,6 +194,34 @@ impl<'a> Linear<'a> {
         match *self {
             Linear::Dense { data, .. } => data.len(),
             Linear::Nvfp4 { packed, scales, .. } => packed.len() + scales.len(),
+            Linear::Q8 { data, scales, .. } => data.len() + scales.len(),
+        }
+    }
+
+    /// The first `k` rows (all of them when `k` is 0 or at least `rows`),
+    /// borrowed: a draft head over the most frequent token ids.
+    pub fn first_rows(&self, k: usize) -> Linear<'a> {
+        if k == 0 || k >= self.rows() {
+            return *self;
+        }
+        match *self {
+            Linear::Dense { dtype, data, cols, .. } => {
+                let es = dtype.size().unwrap_or(4);
+                Linear::Dense { dtype, data: &data[..k * cols * es], rows: k, cols }
+            }
+            Linear::Nvfp4 { packed, scales, global_scale, cols, .. } => Linear::Nvfp4 {
+                packed: &packed[..k * cols / 2],
+                scales: &scales[..k * cols / 16],
+                global_scale,
+                rows: k,
+                cols,
+            },
+            Linear::Q8 { data, scales, cols, .. } => Linear::Q8 {
+                data: &data[..k * cols],
+                scales: &scales[..k * cols / Q8_GROUP * 2],
+                rows: k,
+                cols,
+            },
         }
     }
 
@@ -185,6 +243,17 @@ impl<'a> Linear<'a> {
                     for (i, &b) in bytes.iter().enumerate() {
                         o[2 * i] = e2m1_to_f32(b & 0x0F) * s;
                         o[2 * i + 1] = e2m1_to_f32(b >> 4) * s;
+                    }
+                }
+            }
+            Linear::Q8 { data, scales, cols, .. } => {
+                let row = &data[r * cols..(r + 1) * cols];
+                let sc = &scales[r * cols / Q8_GROUP * 2..(r + 1) * cols / Q8_GROUP * 2];
+                let blocks = row.chunks_exact(Q8_GROUP).zip(out[..cols].chunks_exact_mut(Q8_GROUP));
+                for (b, (q, o)) in blocks.enumerate() {
+                    let s = q8_scale(sc, b);
+                    for (v, &c) in o.iter_mut().zip(q) {
+                        *v = f32::from(c as i8) * s;
                     }
                 }
             }
@@ -299,6 +368,9 @@ impl<'a, S: TensorSource + ?Sized> WeightLoader<'a, S> {
     ) -> Result<Linear<'a>, WeightError> {
         let wname = format!("{prefix}.weight");
         let w = self.get(&wname)?;
+        if w.dtype == DType::I8 {
+            return self.q8(prefix, rows, cols);
+        }
         if w.dtype != DType::U8 {
             return self.dense(&wname, rows, cols);
         }
@@ -329,6 +401,26 @@ impl<'a, S: TensorSource + ?Sized> WeightLoader<'a, S> {
         }
         let global_scale = read_float(DType::F32, g.data, 0).unwrap_or(f32::NAN);
         Ok(Linear::Nvfp4 { packed: packed.data, scales: scales.data, global_scale, rows, cols })
+    }
+
+    /// The Q8 Linear `<prefix>.weight` (I8 `[rows, cols]`) with its F16
+    /// `weight_scale` `[rows, cols / Q8_GROUP]`.
+    fn q8(&self, prefix: &str, rows: usize, cols: usize) -> Result<Linear<'a>, WeightError> {
+        let wname = format!("{prefix}.weight");
+        if cols % Q8_GROUP != 0 {
+            let found = self.get(&wname)?.shape.to_vec();
+            return Err(self
+                .err(&wname, WeightErrorKind::Shape { expected: alloc::vec![rows, cols], found }));
+        }
+        let data = self.get_shaped(&wname, &[rows, cols])?;
+        let sname = format!("{prefix}.weight_scale");
+        let scales = self.get_shaped(&sname, &[rows, cols / Q8_GROUP])?;
+        if scales.dtype != DType::F16 {
+            return Err(
+                self.err(&sname, WeightErrorKind::DType { expected: "F16", found: scales.dtype })
+            );
+        }
+        Ok(Linear::Q8 { data: data.data, scales: scales.data, rows, cols })
     }
 }
 

@@ -94,6 +94,8 @@ fn nvfp4_paths_agree_with_generic() {
             (2, 400),
             (9, 1040),
             (4, 2064),
+            (7, 192),
+            (3, 336),
         ] {
             let packed = rng.bytes(rows * cols / 2);
             let sc = scales(&mut rng, rows * cols / 16);
@@ -124,6 +126,50 @@ fn dense_paths_agree_with_generic() {
                 }
             }
         }
+    }
+}
+
+/// F16 block scales over a wide range (finite, both signs).
+fn f16_scales(rng: &mut Rng, n: usize) -> Vec<u8> {
+    (0..n)
+        .flat_map(|_| {
+            let v = rng.f() * 2f32.powi((rng.next() % 24) as i32 - 16);
+            half::f16::from_f32(v).to_le_bytes()
+        })
+        .collect()
+}
+
+#[test]
+fn q8_paths_agree_with_generic() {
+    let mut rng = Rng(0x5151_2727_9898_0303);
+    let pool = ThreadPool::new(3);
+    for path in paths() {
+        for &(rows, cols) in &[(1, 32), (3, 64), (17, 96), (5, 256), (33, 288), (9, 1056)] {
+            let data = rng.bytes(rows * cols);
+            let sc = f16_scales(&mut rng, rows * cols / kore_engine::Q8_GROUP);
+            let w = Linear::Q8 { data: &data, scales: &sc, rows, cols };
+            for tokens in [1, 2, 5, 16, 17, 35] {
+                check(path, &Serial, &w, &mut rng, tokens);
+                check(path, &pool, &w, &mut rng, tokens);
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_draft_head_is_a_row_prefix() {
+    let mut rng = Rng(77);
+    let (rows, cols) = (10, 64);
+    let data = rng.bytes(rows * cols);
+    let sc = f16_scales(&mut rng, rows * cols / kore_engine::Q8_GROUP);
+    let w = Linear::Q8 { data: &data, scales: &sc, rows, cols };
+    let head = w.first_rows(4);
+    assert_eq!((head.rows(), head.cols()), (4, cols));
+    let (mut a, mut b) = (vec![0.0; cols], vec![0.0; cols]);
+    for r in 0..4 {
+        w.decode_row(r, &mut a);
+        head.decode_row(r, &mut b);
+        assert_eq!(a, b, "row {r}");
     }
 }
 

@@ -205,6 +205,9 @@ pub struct MtpBench {
     pub plain_decode_tok_per_s: f64,
     /// Speculative decode tok/s over plain decode tok/s.
     pub mtp_speedup: f64,
+    /// Projected (not measured) speedup at the reference acceptance, from
+    /// this run's step costs (`kore_engine::bench::projected_speedup`).
+    pub mtp_projected_speedup: f64,
     /// Draft vocabulary (lm_head rows the drafts score).
     pub mtp_draft_vocab: u32,
 }

@@ -174,6 +174,7 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             obj["mtp_drafts_per_step"] = json!(m.drafts_per_step);
             obj["plain_decode_tok_per_s"] = json!(m.plain_decode_tok_per_s);
             obj["mtp_speedup"] = json!(m.speedup);
+            obj["mtp_projected_speedup"] = json!(m.projected_speedup);
             obj["mtp_draft_vocab"] = json!(m.draft_vocab);
             let profile: serde_json::Map<String, serde_json::Value> =
                 m.profile_ms.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
@@ -212,6 +213,15 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
                 r.decode_tok_per_s,
                 m.plain_decode_tok_per_s,
                 m.speedup
+            )
+            .map_err(io)?;
+            writeln!(
+                out,
+                "mtp projected (not measured): {:.2}x at {} tokens a step with {} drafts, \
+                 from this run's step costs",
+                m.projected_speedup,
+                kore_engine::bench::REFERENCE_TOKENS_PER_STEP,
+                kore_engine::bench::REFERENCE_DRAFTS
             )
             .map_err(io)?;
             let phases: Vec<String> =

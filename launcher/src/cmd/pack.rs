@@ -4,6 +4,7 @@ use crate::cli::{PackCommand, PackImportArgs, Quant};
 use crate::error::{LaunchError, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use kore_pack::config::LinearGroup;
+use kore_pack::head::HeadFormat;
 use kore_pack::import::{ImportOptions, QuantMode};
 use kore_pack::{PackError, Progress};
 use std::cell::RefCell;
@@ -15,7 +16,9 @@ pub fn run(cmd: PackCommand) -> Result<()> {
         PackCommand::Import(args) => import(&args),
         PackCommand::Verify { pack } => verify(&pack),
         PackCommand::Inspect { pack, json } => inspect(&pack, json.json),
-        PackCommand::Synth { preset, output, seed } => synth(&preset, &output, seed),
+        PackCommand::Synth { preset, output, seed, head } => {
+            synth(&preset, &output, seed, head.map_or(kore_pack::head::DEFAULT_HEAD, Into::into))
+        }
     }
 }
 
@@ -41,6 +44,7 @@ fn import(args: &PackImportArgs) -> Result<()> {
         keep: args.keep.clone(),
         name: args.name.clone(),
         context_length: args.context_length,
+        head: args.head.map(Into::into),
     };
     let bar = Bar::default();
     let s =
@@ -114,12 +118,12 @@ fn inspect(dir: &Path, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn synth(preset: &str, out: &Path, seed: u64) -> Result<()> {
+fn synth(preset: &str, out: &Path, seed: u64, head: HeadFormat) -> Result<()> {
     kore_pack::synth::preset(preset).map_err(|e| LaunchError::Usage(e.to_string()))?;
     let bar = Bar::default();
-    let pack = kore_pack::synth::synth(preset, out, seed, &bar).map_err(model_err)?;
+    let pack = kore_pack::synth::synth(preset, out, seed, head, &bar).map_err(model_err)?;
     let bytes = pack.manifest().files.get("weights.safetensors").map(|f| f.bytes).unwrap_or(0);
-    println!("{}: synthetic {preset} pack, {bytes} bytes of weights", out.display());
+    println!("{}: synthetic {preset} pack ({head} head), {bytes} bytes of weights", out.display());
     Ok(())
 }
 

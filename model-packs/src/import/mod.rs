@@ -5,7 +5,8 @@
 //! [`QuantMode::Keep`]: in the checkpoint's own dtype); norms,
 //! conv1d, A_log and dt_bias as F32. Chosen Linear families are quantized to
 //! NVFP4 with [`crate::nvfp4`]; a ModelOpt checkpoint's NVFP4 tensors are copied
-//! byte for byte and nothing else of it is quantized.
+//! byte for byte and nothing else of it is quantized. The output head is
+//! stored as [`ImportOptions::head`] says ([`crate::head`]).
 
 mod source;
 
@@ -13,6 +14,7 @@ pub use source::{pack_name, HfCheckpoint};
 
 use crate::config::{ExpectedTensor, LinearGroup, TensorKind, ARCHITECTURE};
 use crate::error::{PackError, Result};
+use crate::head::{HeadFormat, DEFAULT_HEAD, LM_HEAD};
 use crate::manifest::{Manifest, Quantization, Scheme, TokenizerEntry, ALIGNMENT, FORMAT_VERSION};
 use crate::nvfp4::{self, E4M3_ONE, GROUP};
 use crate::output::{write_pack, WeightsWriter};
@@ -48,6 +50,21 @@ pub struct ImportOptions {
     pub name: Option<String>,
     /// Context length (default: the config's max_position_embeddings).
     pub context_length: Option<u64>,
+    /// Storage of the output head; `None`: BF16 with `QuantMode::Bf16`,
+    /// NVFP4 when `groups` has the lm-head family, else [`DEFAULT_HEAD`].
+    pub head: Option<HeadFormat>,
+}
+
+impl ImportOptions {
+    /// The head format this import writes (see [`ImportOptions::head`]).
+    pub fn head_format(&self) -> HeadFormat {
+        match (self.head, self.quant) {
+            (Some(h), _) => h,
+            (None, QuantMode::Bf16) => HeadFormat::Bf16,
+            (None, _) if self.groups.contains(&LinearGroup::LmHead) => HeadFormat::Nvfp4,
+            (None, _) => DEFAULT_HEAD,
+        }
+    }
 }
 
 impl Default for ImportOptions {
@@ -58,6 +75,7 @@ impl Default for ImportOptions {
             keep: Vec::new(),
             name: None,
             context_length: None,
+            head: None,
         }
     }
 }
@@ -87,6 +105,7 @@ pub struct ImportSummary {
 enum Action<'a> {
     Plain { name: String, src: TensorRef<'a>, out: Dtype },
     Quantize { module: String, src: TensorRef<'a>, rows: u64, cols: u64 },
+    QuantizeQ8 { module: String, src: TensorRef<'a>, rows: u64, cols: u64 },
     Copy { module: String, parts: Vec<(String, TensorRef<'a>)> },
 }
 
@@ -98,7 +117,11 @@ pub fn import(
     progress: &dyn Progress,
 ) -> Result<ImportSummary> {
     let ck = HfCheckpoint::open(hf_dir)?;
-    let expected = ck.config.expected_tensors();
+    let mut expected = ck.config.expected_tensors();
+    let head = opts.head_format();
+    if ck.config.tie_word_embeddings && head != HeadFormat::Bf16 {
+        expected.push(crate::head::separate_head(&ck.config));
+    }
     let mut used = HashSet::new();
     let mut actions = Vec::with_capacity(expected.len());
     for e in &expected {
@@ -116,7 +139,8 @@ pub fn import(
     let tokenizer_path = hf_dir.join("tokenizer.json");
     let tokenizer =
         std::fs::read(&tokenizer_path).map_err(|e| PackError::io(&tokenizer_path, e))?;
-    let nvfp4_modules = manifest.quantization.modules.len();
+    let nvfp4_modules =
+        manifest.quantization.modules.values().filter(|s| **s == Scheme::Nvfp4).count();
     let mtp = manifest.mtp;
     let pack = write_pack(out, manifest, &specs, &tokenizer, progress, |w| {
         actions.iter().try_for_each(|a| write_action(w, a, progress))
@@ -139,6 +163,9 @@ fn plan<'a>(
 ) -> Result<Action<'a>> {
     if let (Some(module), TensorKind::Linear(group)) = (e.module(), e.kind) {
         let src = ck.get(&e.name);
+        if module == LM_HEAD && src.is_none_or(|t| t.dtype != Dtype::U8) {
+            return plan_head(ck, e, opts, used);
+        }
         if src.is_some_and(|t| t.dtype == Dtype::U8) {
             return plan_copy(ck, e, module, used);
         }
@@ -162,6 +189,34 @@ fn plan<'a>(
         TensorKind::Norm | TensorKind::Conv | TensorKind::Param => Dtype::F32,
     };
     Ok(Action::Plain { name: e.name.clone(), src, out })
+}
+
+/// The output head as [`ImportOptions::head_format`] says; a tied model's
+/// separate copy is quantized from the embedding.
+fn plan_head<'a>(
+    ck: &'a HfCheckpoint,
+    e: &ExpectedTensor,
+    opts: &ImportOptions,
+    used: &mut HashSet<String>,
+) -> Result<Action<'a>> {
+    let mut from = e.clone();
+    if ck.config.tie_word_embeddings {
+        from.name = "model.embed_tokens.weight".into();
+    }
+    let src = plain_source(ck, &from, used)?;
+    let module = LM_HEAD.to_string();
+    let (rows, cols) = (e.shape[0], e.shape[1]);
+    let kept = opts.keep.iter().any(|g| glob_match(g, LM_HEAD));
+    Ok(match opts.head_format() {
+        _ if kept || ck.modelopt => Action::Plain { name: e.name.clone(), src, out: Dtype::BF16 },
+        HeadFormat::Q8 if cols % crate::head::Q8_GROUP as u64 == 0 => {
+            Action::QuantizeQ8 { module, src, rows, cols }
+        }
+        HeadFormat::Nvfp4 if cols % GROUP as u64 == 0 => {
+            Action::Quantize { module, src, rows, cols }
+        }
+        _ => Action::Plain { name: e.name.clone(), src, out: Dtype::BF16 },
+    })
 }
 
 fn plain_source<'a>(
@@ -259,6 +314,20 @@ fn specs_of(actions: &[Action<'_>]) -> (Vec<TensorSpec>, BTreeMap<String, Scheme
                 specs.push(TensorSpec::new(format!("{module}.weight_scale_2"), Dtype::F32, vec![]));
                 modules.insert(module.clone(), Scheme::Nvfp4);
             }
+            Action::QuantizeQ8 { module, rows, cols, .. } => {
+                specs.push(TensorSpec::new(
+                    format!("{module}.weight"),
+                    Dtype::I8,
+                    vec![*rows, *cols],
+                ));
+                let blocks = cols / crate::head::Q8_GROUP as u64;
+                specs.push(TensorSpec::new(
+                    format!("{module}.weight_scale"),
+                    Dtype::F16,
+                    vec![*rows, blocks],
+                ));
+                modules.insert(module.clone(), Scheme::Q8);
+            }
             Action::Copy { module, parts } => {
                 for (name, t) in parts {
                     let shape = if t.dtype == Dtype::F32 { vec![] } else { t.shape.to_vec() };
@@ -343,6 +412,9 @@ fn write_action(w: &mut WeightsWriter, action: &Action<'_>, progress: &dyn Progr
         Action::Plain { name, src, out } => write_plain(w, name, src, *out, progress),
         Action::Quantize { module, src, rows, cols } => {
             write_quantized(w, module, src, *rows, *cols, progress)
+        }
+        Action::QuantizeQ8 { module, src, cols, .. } => {
+            crate::head::write_q8(w, module, src, *cols as usize, progress)
         }
         Action::Copy { parts, .. } => parts.iter().try_for_each(|(name, t)| {
             progress.inc(t.data.len() as u64);

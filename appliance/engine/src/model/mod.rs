@@ -196,8 +196,12 @@ impl<'a> Model<'a> {
             layers.push(load_layer(&w, &config, &format!("model.layers.{i}"), *kind)?);
         }
         let norm = w.vector("model.norm.weight", h)?;
-        let lm_head =
-            if config.tie_word_embeddings { embed_tokens } else { w.linear("lm_head", v, h)? };
+        // A tied pack may carry a separate (quantized) head copy.
+        let lm_head = if config.tie_word_embeddings && !w.has("lm_head.weight") {
+            embed_tokens
+        } else {
+            w.linear("lm_head", v, h)?
+        };
         let mtp = if w.has("mtp.fc.weight") { Some(load_mtp(&w, &config)?) } else { None };
         let inv_freq = rope_inv_freq(config.rope_theta, config.rotary_dim);
         let pool = PoolRef::default();

@@ -1,60 +1,12 @@
-//! AVX2 + FMA + F16C row kernels (the fallback below AVX-512). Twins:
-//! `kernels::generic`; same contracts as `simd::avx512`.
-//!
-//! NVFP4 activations come pre-permuted per 16 columns (one block) as
-//! `[x0 x2 .. x14 | x1 x3 .. x15]`. `vpermps` on 8 lanes only sees the low
-//! 3 bits of a code, so the sign (bit 3) is moved to bit 31 and xor-ed in.
+//! AVX2 + FMA + F16C dense row kernels (the fallback below AVX-512). Twins:
+//! `kernels::generic`; same contracts as `simd::avx512`. NVFP4 rows on AVX2
+//! take int8 activations: `simd::avx2_q8`.
 
 use core::arch::x86_64::*;
-
-use crate::weights::E4M3_TABLE;
 
 /// E2M1 code -> value (bit 3 = sign).
 pub(crate) const E2M1_LUT: [f32; 16] =
     [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
-
-/// One NVFP4 row against `N` tokens of activations permuted per 16 columns.
-///
-/// # Safety
-/// AVX2, FMA must be available; `x.len() >= N * cols`,
-/// `packed.len() == cols / 2`, `scales.len() == cols / 16`, `cols % 16 == 0`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn nvfp4_row<const N: usize>(
-    packed: &[u8],
-    scales: &[u8],
-    gs: f32,
-    cols: usize,
-    x: &[f32],
-    out: &mut [f32; crate::kernels::TILE],
-) {
-    // SAFETY: block b reads packed[8b..8b+8] and x[t*cols+16b..+16], in bounds.
-    unsafe {
-        let lut = _mm256_loadu_ps(E2M1_LUT.as_ptr());
-        let sign = _mm256_set1_epi32(i32::MIN);
-        let mut acc = [_mm256_setzero_ps(); N];
-        for b in 0..cols / 16 {
-            if b % 8 == 0 {
-                super::prefetch_ahead(packed.as_ptr().wrapping_add(b * 8));
-            }
-            let wb =
-                _mm256_cvtepu8_epi32(_mm_loadl_epi64(packed.as_ptr().add(b * 8) as *const __m128i));
-            let sl = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32::<28>(wb), sign));
-            let sh = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32::<24>(wb), sign));
-            let wl = _mm256_xor_ps(_mm256_permutevar8x32_ps(lut, wb), sl);
-            let wh = _mm256_xor_ps(_mm256_permutevar8x32_ps(lut, _mm256_srli_epi32::<4>(wb)), sh);
-            let s = _mm256_set1_ps(E4M3_TABLE[scales[b] as usize] * gs);
-            let (wl, wh) = (_mm256_mul_ps(wl, s), _mm256_mul_ps(wh, s));
-            for (t, a) in acc.iter_mut().enumerate() {
-                let xp = x.as_ptr().add(t * cols + b * 16);
-                *a = _mm256_fmadd_ps(wl, _mm256_loadu_ps(xp), *a);
-                *a = _mm256_fmadd_ps(wh, _mm256_loadu_ps(xp.add(8)), *a);
-            }
-        }
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = hsum(a);
-        }
-    }
-}
 
 #[inline]
 #[target_feature(enable = "avx2,fma")]

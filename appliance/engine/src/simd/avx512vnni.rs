@@ -99,7 +99,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
             *o = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
         }
     }
-    tail(packed, scales, gs, cols, x, N, out);
+    tail(packed, scales, gs, cols, chunks * 128, x, N, out);
 }
 
 /// One 128-column chunk `c` (packed bytes at `p`, weight block scales `sv`
@@ -171,17 +171,20 @@ pub(crate) unsafe fn q8_block16(blk: &[f32; 16], qb: &mut [i8; 16]) -> Option<(f
     }
 }
 
-/// Adds the 16-column blocks after the last full chunk (natural order).
-fn tail(
+/// Adds the 16-column blocks from column `from` (the end of the last full
+/// chunk) to `cols`, whose activations are in natural order.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn tail(
     packed: &[u8],
     scales: &[u8],
     gs: f32,
     cols: usize,
+    from: usize,
     x: Q8In<'_>,
     n: usize,
     out: &mut [f32; crate::kernels::TILE],
 ) {
-    for c in (cols / 128 * 128..cols).step_by(16) {
+    for c in (from..cols).step_by(16) {
         let s = e4m3_to_f32(scales[c / 16]) * gs;
         for (t, o) in out.iter_mut().enumerate().take(n) {
             let sum: i32 = (c..c + 16)

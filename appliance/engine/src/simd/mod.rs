@@ -13,9 +13,13 @@ mod attn_x86;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_q8;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512vnni;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod q8;
 
 /// How far ahead of the weight line being read the row kernels prefetch.
 /// The rows are read front to back and one after another, so the stream is
