@@ -2,12 +2,9 @@
 //! `Model::forward_batch` gets the greedy and seeded-sampled tokens it gets
 //! alone, whether its neighbours are prefilling, decoding or joining late, on
 //! every reference fixture and the trained tiny model, serial and threaded,
-//! on every kernel path this CPU runs. On the paths whose row kernels do the
-//! same arithmetic for a token whatever the tile (generic, AVX2) the logits
-//! are bit-for-bit equal; the AVX-512 row kernels sum a lone token in two
-//! chains (`simd::avx512`, `N == 1`), so there a token decoded alone may
-//! differ in the last bits from the same token decoded in a tile of several:
-//! checked to a tight relative bound instead.
+//! on every kernel path this CPU runs. Every path's row kernels do the same
+//! arithmetic for a token whatever the tile it is in, so the logits are
+//! bit-for-bit equal on all of them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -30,7 +27,7 @@ fn each_path(mut f: impl FnMut(Kernels, bool)) {
     let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
     for path in Kernels::ALL.into_iter().filter(|p| p.supported()) {
         simd::force(Some(path)).unwrap();
-        f(path, matches!(path, Kernels::Generic | Kernels::Avx2));
+        f(path, true);
     }
     simd::force(None).unwrap();
 }

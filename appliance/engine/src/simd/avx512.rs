@@ -87,9 +87,9 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
     unsafe {
         let idx: [__m512i; 2] = core::mem::transmute(SCALE_IDX);
         let gsv = _mm512_set1_ps(gs);
-        // Two sets of accumulators hide the FMA latency for one token; with
-        // more tokens they are independent already and a second set would
-        // only take registers the other tokens' accumulators need.
+        // Two sets of accumulators (even and odd chunks) hide the FMA latency
+        // for one token; every tile size uses them, so a token's sum is the
+        // same whether it is alone or in a tile (batched decode, sessions).
         let mut acc = [[_mm512_setzero_ps(); N]; 2];
         let mut c = 0;
         while c + 2 <= chunks {
@@ -101,7 +101,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
                     sv,
                     x.as_ptr().add(128 * (c + k)),
                     cols,
-                    &mut acc[if N == 1 { k } else { 0 }],
+                    &mut acc[k],
                 );
             }
             c += 2;
@@ -248,18 +248,20 @@ pub(crate) unsafe fn dense_row<const N: usize>(
     // SAFETY: element offsets stay below `cols` (masked tail), see preconditions.
     unsafe {
         let mut acc = [_mm512_setzero_ps(); N];
-        let mut acc2 = _mm512_setzero_ps();
+        let mut acc2 = [_mm512_setzero_ps(); N];
         let mut i = 0;
-        if N == 1 {
-            // Two chains to hide FMA latency.
-            while i + 32 <= cols {
-                prefetch_dense(dtype, row.as_ptr(), i);
-                let w0 = load16(dtype, row.as_ptr(), i, 16);
-                let w1 = load16(dtype, row.as_ptr(), i + 16, 16);
-                acc[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x.as_ptr().add(i)), acc[0]);
-                acc2 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x.as_ptr().add(i + 16)), acc2);
-                i += 32;
+        // Two chains (even and odd 16-column blocks) hide the FMA latency; every tile
+        // size uses them, so a token's sum does not depend on the tokens beside it.
+        while i + 32 <= cols {
+            prefetch_dense(dtype, row.as_ptr(), i);
+            let w0 = load16(dtype, row.as_ptr(), i, 16);
+            let w1 = load16(dtype, row.as_ptr(), i + 16, 16);
+            for t in 0..N {
+                let xp = x.as_ptr().add(t * cols + i);
+                acc[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp), acc[t]);
+                acc2[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), acc2[t]);
             }
+            i += 32;
         }
         while i < cols {
             let n = (cols - i).min(16);
@@ -274,11 +276,8 @@ pub(crate) unsafe fn dense_row<const N: usize>(
             }
             i += 16;
         }
-        if N == 1 {
-            acc[0] = _mm512_add_ps(acc[0], acc2);
-        }
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = _mm512_reduce_add_ps(a);
+        for ((o, a), a2) in out.iter_mut().zip(acc).zip(acc2) {
+            *o = _mm512_reduce_add_ps(_mm512_add_ps(a, a2));
         }
     }
 }
@@ -311,13 +310,12 @@ pub(crate) unsafe fn bf16_row<const N: usize>(
             let d = _mm512_loadu_si512(row.as_ptr().add(2 * i) as *const __m512i);
             let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(d));
             let odd = _mm512_castsi512_ps(_mm512_and_si512(d, hi));
-            // `t` indexes both accumulator sets (the same set when N > 1).
             #[allow(clippy::needless_range_loop)]
             for t in 0..N {
                 let xp = x.as_ptr().add(t * cols + i);
                 acc[0][t] = _mm512_fmadd_ps(even, _mm512_loadu_ps(xp), acc[0][t]);
-                let h = usize::from(N == 1); // see `nvfp4_row` on accumulator sets
-                acc[h][t] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(xp.add(16)), acc[h][t]);
+                // Two sets for every tile size: see `nvfp4_row` on accumulator sets.
+                acc[1][t] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(xp.add(16)), acc[1][t]);
             }
         }
         for (t, o) in out.iter_mut().enumerate().take(N) {

@@ -80,14 +80,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
             let s16 = e4m3x16(scales.as_ptr().add(8 * c), gsv);
             for (k, ix) in idx.iter().enumerate() {
                 let sv = _mm512_permutexvar_ps(*ix, s16);
-                chunk(
-                    packed.as_ptr().add(64 * (c + k)),
-                    sv,
-                    x,
-                    c + k,
-                    cols,
-                    &mut acc[if N == 1 { k } else { 0 }],
-                );
+                chunk(packed.as_ptr().add(64 * (c + k)), sv, x, c + k, cols, &mut acc[k]);
             }
             c += 2;
         }
