@@ -152,9 +152,10 @@ fn close_all<E: Engine, C: Codec>(
     let mut closed = false;
     for v in gone {
         if let Some(c) = conns.remove(&v) {
-            let (queued, busy) = (svc.queued(), svc.busy());
+            let (queued, active) = (svc.queued(), svc.active());
             svc.on_closed(c.svc);
-            let cancelled = queued - svc.queued() + usize::from(busy && !svc.busy());
+            // Requests of this connection that were waiting or running (others may run on).
+            let cancelled = (queued + active).saturating_sub(svc.queued() + svc.active());
             if cancelled > 0 {
                 println!("kore-appliance: connection closed: cancelled {cancelled} request(s)");
             }
