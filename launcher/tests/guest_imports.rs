@@ -178,6 +178,8 @@ fn an_f16_checkpoint_in_the_guest_equals_native() {
     // The import kept the dtype: the cached pack's weights are F16, not converted.
     let packs: Vec<_> = std::fs::read_dir(rt.join("packs")).unwrap().flatten().collect();
     let weights = Tensors::read(&packs[0].path().join("weights.safetensors"));
-    let embed = weights.range("model.embed_tokens.weight").expect("embedding in the pack");
-    assert_eq!(embed.0, "F16");
+    for name in ["model.embed_tokens.weight", "lm_head.weight"] {
+        let t = weights.range(name).unwrap_or_else(|| panic!("{name} in the pack"));
+        assert_eq!(t.0, "F16", "{name}");
+    }
 }

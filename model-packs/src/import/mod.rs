@@ -60,7 +60,7 @@ impl ImportOptions {
     pub fn head_format(&self) -> HeadFormat {
         match (self.head, self.quant) {
             (Some(h), _) => h,
-            (None, QuantMode::Bf16) => HeadFormat::Bf16,
+            (None, QuantMode::Bf16 | QuantMode::Keep) => HeadFormat::Bf16,
             (None, _) if self.groups.contains(&LinearGroup::LmHead) => HeadFormat::Nvfp4,
             (None, _) => DEFAULT_HEAD,
         }
@@ -207,15 +207,20 @@ fn plan_head<'a>(
     let module = LM_HEAD.to_string();
     let (rows, cols) = (e.shape[0], e.shape[1]);
     let kept = opts.keep.iter().any(|g| glob_match(g, LM_HEAD));
+    // An unquantized head is BF16, or with `QuantMode::Keep` the checkpoint's own dtype.
+    let plain = match src.dtype {
+        Dtype::F32 | Dtype::F16 if opts.quant == QuantMode::Keep => src.dtype,
+        _ => Dtype::BF16,
+    };
     Ok(match opts.head_format() {
-        _ if kept || ck.modelopt => Action::Plain { name: e.name.clone(), src, out: Dtype::BF16 },
+        _ if kept || ck.modelopt => Action::Plain { name: e.name.clone(), src, out: plain },
         HeadFormat::Q8 if cols % crate::head::Q8_GROUP as u64 == 0 => {
             Action::QuantizeQ8 { module, src, rows, cols }
         }
         HeadFormat::Nvfp4 if cols % GROUP as u64 == 0 => {
             Action::Quantize { module, src, rows, cols }
         }
-        _ => Action::Plain { name: e.name.clone(), src, out: Dtype::BF16 },
+        _ => Action::Plain { name: e.name.clone(), src, out: plain },
     })
 }
 
