@@ -202,9 +202,9 @@ async fn a_dropped_stream_cancels_its_generation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_overloaded() {
     let app = router(state(None));
-    // One running plus the service's 64 waiting fill it; the rest are refused.
+    // Up to 8 running (batched) plus the service's 64 waiting fill it; the rest are refused.
     let body = json!({"model": "tiny-hf", "prompt": "JULIET:", "max_tokens": 4000, "stream": true});
-    let calls = (0..70).map(|_| app.clone().oneshot(post("/v1/completions", body.clone())));
+    let calls = (0..90).map(|_| app.clone().oneshot(post("/v1/completions", body.clone())));
     let responses = futures_util::future::join_all(calls).await;
     let (refused, held): (Vec<_>, Vec<_>) = responses
         .into_iter()
