@@ -44,23 +44,55 @@ fn test_user() -> u32 {
     String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
 }
 
+/// What the user runs, copied into `dir` (world-readable): kore-launch, the guest images and
+/// the default pack, so that the test does not depend on where the checkout lives (a clone
+/// under a 0700 home directory would be out of the user's reach).
+struct Copies {
+    exe: PathBuf,
+    kernel: PathBuf,
+    image: PathBuf,
+    pack: PathBuf,
+}
+
+fn copies(dir: &Path) -> Copies {
+    let g = root_dir().join("target/guest");
+    let from_env = |k: &str, rel: &str| std::env::var_os(k).map_or(g.join(rel), PathBuf::from);
+    let kernel = from_env("KORE_GUEST_KERNEL", "x86_64-unknown-none/release/kore-kernel");
+    let image = from_env("KORE_GUEST_IMAGE", "x86_64-unknown-linux-gnu/release/kore-appliance");
+    assert!(kernel.is_file() && image.is_file(), "guest images missing: run guest-kernel/build.sh");
+    let c = Copies {
+        exe: dir.join("kore-launch"),
+        kernel: dir.join("kore-kernel"),
+        image: dir.join("kore-appliance"),
+        pack: dir.join("tiny"),
+    };
+    std::fs::copy(env!("CARGO_BIN_EXE_kore-launch"), &c.exe).unwrap();
+    std::fs::copy(kernel, &c.kernel).unwrap();
+    std::fs::copy(image, &c.image).unwrap();
+    std::fs::create_dir(&c.pack).unwrap();
+    for f in ["pack.toml", "weights.safetensors", "tokenizer.json"] {
+        std::fs::copy(root_dir().join("model-packs/tiny").join(f), c.pack.join(f)).unwrap();
+    }
+    for p in [&c.exe, &c.kernel, &c.image] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    c
+}
+
 /// `kore-launch ARGS` as the test user, with `xdg` as its XDG_RUNTIME_DIR.
-fn kore_as_user(args: &[&str], xdg: &Path) -> Output {
+fn kore_as_user(c: &Copies, args: &[&str], xdg: &Path) -> Output {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid", USER, "--regid", USER, "--init-groups", "--"])
-        .arg(env!("CARGO_BIN_EXE_kore-launch"))
+        .arg(&c.exe)
         .args(args)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", xdg)
         .env("XDG_RUNTIME_DIR", xdg)
         .env("XDG_CONFIG_HOME", xdg.join("config"))
+        .env("KORE_GUEST_KERNEL", &c.kernel)
+        .env("KORE_GUEST_IMAGE", &c.image)
         .current_dir(xdg);
-    for key in ["KORE_GUEST_KERNEL", "KORE_GUEST_IMAGE"] {
-        if let Ok(v) = std::env::var(key) {
-            cmd.env(key, v);
-        }
-    }
     run(&mut cmd)
 }
 
@@ -81,19 +113,20 @@ fn a_user_in_group_kvm_runs_generate_and_up_status_down() {
     std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
     let status = run(Command::new("chown").arg(uid.to_string()).arg(&xdg)).status;
     assert!(status.success());
-    let pack = root_dir().join("model-packs/tiny");
-    let pack = pack.to_str().unwrap();
+    let c = copies(dir.path());
+    let pack = c.pack.to_str().unwrap().to_owned();
+    let pack = pack.as_str();
     let gen = ["generate", "--model", pack, "--prompt", "ROMEO:", "--max-tokens", "8", "--json"];
 
-    let first = ok_json(&kore_as_user(&gen, &xdg), "generate");
+    let first = ok_json(&kore_as_user(&c, &gen, &xdg), "generate");
     assert_eq!(first["token_ids"].as_array().map(Vec::len), Some(8), "{first}");
 
-    ok_json(&kore_as_user(&["up", "--model", pack], &xdg), "up");
-    let status = ok_json(&kore_as_user(&["status", "--json"], &xdg), "status");
+    ok_json(&kore_as_user(&c, &["up", "--model", pack], &xdg), "up");
+    let status = ok_json(&kore_as_user(&c, &["status", "--json"], &xdg), "status");
     assert_eq!(status["running"], true, "{status}");
-    let attached = ok_json(&kore_as_user(&gen, &xdg), "generate (attached)");
+    let attached = ok_json(&kore_as_user(&c, &gen, &xdg), "generate (attached)");
     assert_eq!(attached["token_ids"], first["token_ids"]);
-    ok_json(&kore_as_user(&["down"], &xdg), "down");
+    ok_json(&kore_as_user(&c, &["down"], &xdg), "down");
     // Its runtime directory is its own, under XDG_RUNTIME_DIR, and left clean.
     let rt = xdg.join("kore");
     assert!(rt.is_dir(), "runtime directory {} not used", rt.display());
