@@ -236,7 +236,7 @@ fn budget_reads_a_pack_toml_and_falls_back_without_a_shape() {
 }
 
 /// `doctor`/`setup` count exactly the RAM the VMM allocates at boot: the
-/// boot's own memory (`appliance::guest_memory` uses `Budget::own_memory`)
+/// boot's own memory (`appliance::boot_options` uses `Budget::own_memory`)
 /// and the pack as `kore_vmm::preload::plan` places it, laid out by the
 /// VMM's `RamPlan`, for the committed default pack.
 #[test]

@@ -248,10 +248,7 @@ pub fn setup_vcpu(
     xcrs.xcrs[0].xcr = 0;
     xcrs.xcrs[0].value = guest_xcr0(level);
     vcpu.set_xcrs(&xcrs).map_err(kvm("SET_XCRS"))?;
-    if let Ok(back) = vcpu.get_xcrs() {
-        let l7 = cpuid.as_slice().iter().find(|e| e.function == 7 && e.index == 0).copied();
-        tracing::debug!(cpu, %level, xcr0 = back.xcrs[0].value, leaf7_ebx = ?l7.map(|e| e.ebx), "guest CPU");
-    }
+    tracing::debug!(cpu, %level, xcr0 = xcrs.xcrs[0].value, "guest CPU level");
 
     let fpu = kvm_fpu { fcw: 0x37f, mxcsr: 0x1f80, ..Default::default() };
     vcpu.set_fpu(&fpu).map_err(kvm("SET_FPU"))?;

@@ -116,6 +116,14 @@ impl<'m> ModelEngine<'m> {
         self
     }
 
+    /// KV positions a request of `prompt_tokens` may use: the prompt plus
+    /// `max_tokens`, clamped to the room the context limit leaves.
+    fn reservation(&self, prompt_tokens: usize, max_tokens: u32) -> usize {
+        let room =
+            self.context_limit.saturating_sub(u32::try_from(prompt_tokens).unwrap_or(u32::MAX));
+        prompt_tokens + max_tokens.min(room) as usize
+    }
+
     /// Starts a sequence only while the running ones' prompts plus
     /// `max_tokens` and its own add up to at most `tokens` KV positions (the
     /// guest's memory is sized for its context: one full-context sequence,
@@ -255,8 +263,7 @@ impl Engine for ModelEngine<'_> {
 
     fn has_room(&self, prompt_tokens: usize, max_tokens: u32) -> bool {
         let Some(budget) = self.kv_token_budget else { return true };
-        let room = self.context_limit.saturating_sub(prompt_tokens as u32);
-        let wanted = prompt_tokens + max_tokens.min(room) as usize;
+        let wanted = self.reservation(prompt_tokens, max_tokens);
         let reserved: usize = self.seqs.values().map(|s| s.reserved).sum();
         reserved + wanted <= budget
     }
@@ -313,7 +320,7 @@ impl Engine for ModelEngine<'_> {
             phase,
             generated: 0,
             max_tokens: params.max_tokens.min(room),
-            reserved: prompt.len() + params.max_tokens.min(room) as usize,
+            reserved: self.reservation(prompt.len(), params.max_tokens),
             ended: params.max_tokens == 0,
             session,
             ran,

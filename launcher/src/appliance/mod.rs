@@ -286,8 +286,8 @@ impl Drop for ShutOnDrop {
 }
 
 /// Boot options from the effective settings: guest RAM is `settings.memory`
-/// or enough for the pack's state at `settings.context` tokens (see
-/// [`guest_memory`]).
+/// or enough for the pack's state at `settings.context` tokens
+/// (`host::sizing::Budget::own_memory`, the sizing `setup` and `doctor` use).
 pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result<BootOptions> {
     vm::check_pack(pack)?;
     let hugepages = match settings.hugepage_size {
@@ -295,42 +295,31 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
         HugepageSize::G1 => kore_vmm::HugePageSize::Size1G,
         HugepageSize::Off => kore_vmm::HugePageSize::Off,
     };
-    let memory_bytes = match settings.memory {
-        Some(m) => m,
-        None => guest_memory(pack, settings.context)?,
-    };
+    // One sizing (host::sizing) gives the guest's memory and what it is told on its command line.
+    let budget = crate::host::sizing::Budget::compute(pack, settings.context)
+        .map_err(|e| LaunchError::Model(e.to_string()))?
+        .with_memory(settings.memory);
     Ok(BootOptions {
         vcpus: settings.vcpus.max(1),
-        memory_bytes,
+        memory_bytes: budget.own_memory().div_ceil(2 * MIB) * 2 * MIB,
         hugepages,
         socket,
         images: GuestImages::locate()?,
-        cmdline: guest_cmdline(pack, settings.context)?,
+        cmdline: guest_cmdline(&budget),
         guest_cpu: settings.guest_cpu,
     })
 }
 
-/// The guest's command line for `pack` at `context`: the engine's context
-/// limit, the KV positions its running sequences share and the kept-session
-/// budget, all from the sizing the guest's memory was made with.
-fn guest_cmdline(pack: &Path, context: u64) -> Result<String> {
-    let b = crate::host::sizing::Budget::compute(pack, context)
-        .map_err(|e| LaunchError::Model(e.to_string()))?;
-    Ok(format!(
+/// The guest's command line: the engine's context limit, the KV positions its
+/// running sequences share and the kept-session budget, all from the sizing
+/// the guest's memory was made with.
+fn guest_cmdline(b: &crate::host::sizing::Budget) -> String {
+    format!(
         "context={} kv_tokens={} sessions_mib={}",
         b.context.min(u64::from(u32::MAX)),
         b.kv_tokens,
         b.sessions >> 20
-    ))
-}
-
-/// The guest's own RAM (besides the preloaded pack) for `pack` at `context`
-/// tokens: [`crate::host::sizing::Budget::own_memory`], the same sizing
-/// `setup` reserves and `doctor` checks.
-pub fn guest_memory(pack: &Path, context: u64) -> Result<u64> {
-    let b = crate::host::sizing::Budget::compute(pack, context)
-        .map_err(|e| LaunchError::Model(e.to_string()))?;
-    Ok(b.own_memory().div_ceil(2 * MIB) * 2 * MIB)
+    )
 }
 
 #[cfg(test)]

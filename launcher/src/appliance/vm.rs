@@ -20,7 +20,7 @@ pub const SERVICE_PORT: u32 = 1025;
 /// How long a boot may take until the service accepts.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// Pack files the guest reads, in preload order.
-pub const PACK_FILES: [&str; 3] = ["pack.toml", "weights.safetensors", "tokenizer.json"];
+pub const PACK_FILES: [&str; 3] = crate::host::sizing::PRELOADED;
 /// How to boot.
 #[derive(Debug, Clone)]
 pub struct BootOptions {
