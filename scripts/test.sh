@@ -19,13 +19,21 @@ if [ "$(id -u)" = 0 ] && [ -w /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugep
 fi
 
 # Guest kernel (its own workspace): host tests of its pure-logic crates, then the guest
-# images (kernel + boot-test image under target/guest/) that the VMM boot tests load.
+# images (kernel, test image and appliance under target/guest/) that the VM suites boot.
 (cd guest-kernel && export CARGO_TARGET_DIR="$PWD/../target/guest" && ./build.sh && cargo test --release --locked)
 
 # The real Qwen3.5 tokenizer.json the tokenizer tests compare against (generated, not committed).
 bash scripts/tokenizer/make_qwen_tokenizer.sh
 
+# The hermetic unit and integration tests: no KVM, root, network, tmux or Python needed.
 cargo test --workspace --release --locked
+
+# The tokenizer against the real Qwen3.5 tokenizer.json (generated above by Python).
+cargo test --release --locked -p kore-tokenizer --features qwen35-reference --test qwen35 --test qwen35_chat
+
+# The end-to-end suites in tests/: VMs (KVM, hugepages, the guest images), root, tmux.
+cargo build --release --locked -p kore-launch
+cargo test --release --locked -p kore-e2e --features e2e
 
 # `kore-launch serve` with the official OpenAI client (native and guest) and the web chat in
 # headless Chromium, on the default pack; bounded in time (screenshot in target/test-output/openai).

@@ -1,8 +1,9 @@
 //! Shared helpers for the tokenizer tests: fixture paths and loading.
 #![allow(dead_code)]
 
-use kore_tokenizer::Tokenizer;
+use kore_tokenizer::{StreamDecoder, Tokenizer};
 use std::path::{Path, PathBuf};
+use unicode_normalization::UnicodeNormalization;
 
 /// `tests/data/` of this crate.
 pub fn data_dir() -> PathBuf {
@@ -42,4 +43,50 @@ pub fn load_qwen35() -> Tokenizer {
         path.display()
     );
     Tokenizer::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every corpus text encodes to HF's ids in `expected_file`.
+pub fn check_corpus(tok: &Tokenizer, expected_file: &str) {
+    let corpus: Vec<String> = read_json("corpus.json");
+    let expected: Vec<Vec<u32>> = read_json(expected_file);
+    assert_eq!(corpus.len(), expected.len(), "{expected_file} does not match corpus.json");
+    let mut bad = Vec::new();
+    for (i, (text, want)) in corpus.iter().zip(&expected).enumerate() {
+        let got = tok.encode(text);
+        if &got != want {
+            bad.push(format!("#{i} {text:?}\n  got  {got:?}\n  want {want:?}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} texts differ from HF:\n{}",
+        bad.len(),
+        corpus.len(),
+        bad.join("\n")
+    );
+}
+
+/// `decode(encode(x)) == NFC(x)` and streaming gives the same text. `skip` names
+/// texts left out (see `small_tokenizer_decodes_latin1_added_tokens_like_hf`).
+pub fn check_round_trip_and_stream(tok: &Tokenizer, skip: Option<&str>) {
+    let corpus: Vec<String> = read_json("corpus.json");
+    for text in
+        corpus.iter().filter(|t| skip.is_none_or(|s| !t.nfc().collect::<String>().contains(s)))
+    {
+        let ids = tok.encode(text);
+        let nfc: String = text.nfc().collect();
+        assert_eq!(tok.decode(&ids), nfc, "decode(encode(x)) != NFC(x) for {text:?}");
+        let ordinary = tok.encode_ordinary(text);
+        assert_eq!(tok.decode(&ordinary), nfc, "ordinary round trip for {text:?}");
+        let mut stream = StreamDecoder::new(tok);
+        let mut streamed = String::new();
+        for &id in &ids {
+            if let Some(piece) = stream.push(id) {
+                streamed.push_str(&piece);
+            }
+        }
+        assert!(stream.pending().is_empty(), "bytes left over for {text:?}");
+        streamed.extend(stream.finish());
+        assert_eq!(streamed, nfc, "streamed text for {text:?}");
+    }
 }

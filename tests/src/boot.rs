@@ -1,8 +1,6 @@
-//! kore-boot-test: helpers for booting Kore guest images on the Kore VMM in host tests.
-//!
-//! The images are built by `guest-kernel/build.sh` (or the two `cargo build --target` commands
-//! in the README) into the same target directory as these tests; `KORE_GUEST_KERNEL` and
-//! `KORE_GUEST_IMAGE` override the paths.
+//! Booting Kore guest images on the Kore VMM straight from a test (no launcher):
+//! the images from [`crate::guest_images`], a small VM configuration, and the
+//! outcome of one boot (exit status, console, markers).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,39 +16,16 @@ pub struct Images {
     pub user: PathBuf,
 }
 
-/// The target directory this test binary was built into (`<target>/<profile>/deps/<exe>`).
-fn target_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.parent()?.parent()?.to_path_buf())
-}
-
-/// Finds the guest images (the kernel and kore-demo), or says how to build them.
+/// The kernel and the test image (`kore-test-image`).
 pub fn images() -> Result<Images, String> {
-    find_images("KORE_GUEST_IMAGE", "kore-demo")
+    let g = crate::guest_images();
+    Ok(Images { kernel: g.kernel, user: g.test_image })
 }
 
-/// The kernel and the appliance image (`kore-appliance`; `KORE_APPLIANCE_IMAGE` overrides).
+/// The kernel and the appliance image (`kore-appliance`).
 pub fn appliance_images() -> Result<Images, String> {
-    find_images("KORE_APPLIANCE_IMAGE", "kore-appliance")
-}
-
-fn find_images(user_var: &str, user_name: &str) -> Result<Images, String> {
-    let t = target_dir().ok_or("cannot locate the target directory")?;
-    let kernel = std::env::var_os("KORE_GUEST_KERNEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| t.join("x86_64-unknown-none/release/kore-kernel"));
-    let user = std::env::var_os(user_var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| t.join("x86_64-unknown-linux-gnu/release").join(user_name));
-    for p in [&kernel, &user] {
-        if !p.is_file() {
-            return Err(format!(
-                "guest image {} is missing: run guest-kernel/build.sh with the same CARGO_TARGET_DIR first",
-                p.display()
-            ));
-        }
-    }
-    Ok(Images { kernel, user })
+    let g = crate::guest_images();
+    Ok(Images { kernel: g.kernel, user: g.appliance })
 }
 
 /// What a finished boot left behind.

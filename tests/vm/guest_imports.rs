@@ -11,12 +11,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn fixture(name: &str) -> PathBuf {
-    root().join("appliance/engine/tests/fixtures").join(name)
+    kore_e2e::repo_root().join("appliance/engine/tests/fixtures").join(name)
 }
 
 /// The prompts and transformers' greedy continuations of a fixture's reference.safetensors.
@@ -95,7 +91,8 @@ fn hf_dir(fixture_dir: &Path, into: &Path, f16: bool) -> PathBuf {
     } else {
         std::fs::copy(&weights, into.join("model.safetensors")).unwrap();
     }
-    let tokenizer = root().join("appliance/tokenizer/tests/data/small_tokenizer.json");
+    let tokenizer =
+        kore_e2e::repo_root().join("appliance/tokenizer/tests/data/small_tokenizer.json");
     std::fs::copy(tokenizer, into.join("tokenizer.json")).unwrap();
     into.to_path_buf()
 }
@@ -113,7 +110,7 @@ fn generate_at(
     guest_cpu: &str,
 ) -> Value {
     let ids = prompt.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kore-launch"));
+    let mut cmd = Command::new(kore_e2e::kore_launch());
     for (key, _) in std::env::vars() {
         if key.starts_with("KORE_") && !key.starts_with("KORE_GUEST_") {
             cmd.env_remove(key);
@@ -138,13 +135,9 @@ fn ids(v: &Value) -> Vec<i32> {
     v["token_ids"].as_array().unwrap().iter().map(|t| t.as_i64().unwrap() as i32).collect()
 }
 
-fn require_kvm() {
-    assert!(Path::new("/dev/kvm").exists(), "these tests boot VMs: /dev/kvm is missing");
-}
-
 #[test]
 fn f32_and_bf16_checkpoints_in_the_guest_equal_transformers() {
-    require_kvm();
+    kore_e2e::require_kvm();
     let tmp = tempfile::tempdir().unwrap();
     for name in ["mixed_f32_untied", "linear_bf16_tied"] {
         let dir = hf_dir(&fixture(name), &tmp.path().join(name), false);
@@ -165,7 +158,7 @@ fn f32_and_bf16_checkpoints_in_the_guest_equal_transformers() {
 
 #[test]
 fn an_f16_checkpoint_in_the_guest_equals_native() {
-    require_kvm();
+    kore_e2e::require_kvm();
     let tmp = tempfile::tempdir().unwrap();
     let dir = hf_dir(&fixture("mixed_f32_untied"), &tmp.path().join("f16"), true);
     let rt = tmp.path().join("rt");

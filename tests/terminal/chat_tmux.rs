@@ -11,7 +11,7 @@ use tmux_support::{sh_quote, Tmux};
 fn chat_command(extra_env: &str) -> String {
     format!(
         "env -u KORE_CONFIG XDG_CONFIG_HOME=/nonexistent KORE_LAUNCH_FAKE=echo {extra_env} {} chat",
-        sh_quote(env!("CARGO_BIN_EXE_kore-launch"))
+        sh_quote(kore_e2e::kore_launch().to_str().unwrap())
     )
 }
 

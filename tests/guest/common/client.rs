@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kore_boot_test::{appliance_images, config};
+use kore_e2e::boot::{appliance_images, config};
 use kore_vmm::{RunningVm, Vm};
 use serde_json::Value;
 

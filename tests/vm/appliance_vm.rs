@@ -3,63 +3,16 @@
 //! sends the request over vsock port 1025, and checks the greedy ids and text
 //! equal `generate --native` on the same pack.
 //!
-//! Needs /dev/kvm, 2 MiB hugepages and the guest images
-//! (`cd guest-kernel && CARGO_TARGET_DIR=$PWD/../target/guest ./build.sh`);
-//! without the images or KVM the test says so on stderr and passes (CI builds
-//! the images first, so there it always runs).
+//! Needs /dev/kvm, 2 MiB hugepages and the guest images (see
+//! [`kore_e2e::guest_images`]); without them the tests fail with what to run.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Fails the test (never skips it) when the guest images or KVM are missing.
-fn require_images() {
-    let g = root().join("target/guest");
-    let kernel = std::env::var_os("KORE_GUEST_KERNEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| g.join("x86_64-unknown-none/release/kore-kernel"));
-    let image = std::env::var_os("KORE_GUEST_IMAGE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| g.join("x86_64-unknown-linux-gnu/release/kore-appliance"));
-    assert!(Path::new("/dev/kvm").exists(), "these tests boot VMs: /dev/kvm is missing");
-    assert!(
-        kernel.is_file() && image.is_file(),
-        "guest images missing ({} / {}): run guest-kernel/build.sh (scripts/test.sh does)",
-        kernel.display(),
-        image.display()
-    );
-}
-
-/// The tiny pack: model-packs/tiny once committed, else imported from tiny-hf.
-fn tiny_pack() -> &'static Path {
-    static PACK: OnceLock<PathBuf> = OnceLock::new();
-    PACK.get_or_init(|| {
-        let committed = root().join("model-packs/tiny");
-        if committed.join("pack.toml").is_file() {
-            return committed;
-        }
-        let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-        let out = deps.join(format!("appliance-vm-tiny-pack.{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&out);
-        kore_pack::import::import(
-            &root().join("model-packs/tiny-hf"),
-            &out,
-            &kore_pack::import::ImportOptions::default(),
-            &kore_pack::progress::NoProgress,
-        )
-        .expect("import model-packs/tiny-hf");
-        out
-    })
-}
-
 fn kore(args: &[&str], runtime: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kore-launch"))
+    Command::new(kore_e2e::kore_launch())
         .args(args)
         .env_remove("KORE_APPLIANCE")
         .env("KORE_RUNTIME_DIR", runtime)
@@ -77,8 +30,8 @@ fn last_json(out: &Output) -> Value {
 
 #[test]
 fn generate_in_the_vm_equals_native() {
-    require_images();
-    let pack = tiny_pack().to_str().unwrap().to_string();
+    kore_e2e::guest_images();
+    let pack = kore_e2e::tiny_pack().to_str().unwrap().to_string();
     let runtime = std::env::temp_dir().join(format!("kore-vm-test-{}", std::process::id()));
     for extra in [
         &["--prompt", "ROMEO:\nBut soft, what light"][..],
@@ -104,7 +57,7 @@ fn generate_in_the_vm_equals_native() {
 }
 
 fn kore_env(args: &[&str], runtime: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kore-launch"));
+    let mut cmd = Command::new(kore_e2e::kore_launch());
     for (key, _) in std::env::vars() {
         if key.starts_with("KORE_") && !key.starts_with("KORE_GUEST_") {
             cmd.env_remove(key);
@@ -116,8 +69,8 @@ fn kore_env(args: &[&str], runtime: &Path) -> Command {
 
 #[test]
 fn batch_through_the_vm_answers_every_line_in_order() {
-    require_images();
-    let pack = tiny_pack().to_str().unwrap().to_string();
+    kore_e2e::guest_images();
+    let pack = kore_e2e::tiny_pack().to_str().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let runtime = dir.path().join("rt");
     let (input, out_vm, out_native) =
@@ -176,8 +129,8 @@ fn batch_through_the_vm_answers_every_line_in_order() {
 
 #[test]
 fn up_generate_attaches_status_down() {
-    require_images();
-    let pack = tiny_pack().to_str().unwrap().to_string();
+    kore_e2e::guest_images();
+    let pack = kore_e2e::tiny_pack().to_str().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let runtime = dir.path().join("rt");
     let run = |args: &[&str], env: &[(&str, &str)]| {
@@ -216,8 +169,8 @@ fn up_generate_attaches_status_down() {
 
 #[test]
 fn a_hugging_face_directory_is_imported_for_the_vm() {
-    require_images();
-    let hf = root().join("model-packs/tiny-hf");
+    kore_e2e::guest_images();
+    let hf = kore_e2e::repo_root().join("model-packs/tiny-hf");
     let hf = hf.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let runtime = dir.path().join("rt");
@@ -243,8 +196,8 @@ fn a_hugging_face_directory_is_imported_for_the_vm() {
 /// onto the same path with `KORE_KERNELS`.
 #[test]
 fn every_guest_cpu_level_boots_and_equals_native_on_its_kernel_path() {
-    require_images();
-    let pack = tiny_pack().to_str().unwrap().to_string();
+    kore_e2e::guest_images();
+    let pack = kore_e2e::tiny_pack().to_str().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let runtime = dir.path().join("rt");
     for (level, path) in [("x86-64-v3", "avx2"), ("x86-64-v2", "generic")] {

@@ -9,32 +9,10 @@ use std::sync::OnceLock;
 /// The appliance's readiness marker (`READY_MARKER` in appliance/src/main.rs).
 pub const READY_MARKER: u32 = b'R' as u32;
 
-/// The tiny pack: `model-packs/tiny` once it is committed, else imported from
-/// `model-packs/tiny-hf` (NVFP4, kore-pack's defaults) into the target directory.
+/// The default pack, `model-packs/tiny`.
 pub fn tiny_pack() -> &'static Path {
     static PACK: OnceLock<PathBuf> = OnceLock::new();
-    PACK.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../model-packs");
-        let committed = root.join("tiny");
-        if committed.join("pack.toml").is_file() {
-            return committed;
-        }
-        // Imported afresh every run (under a second), then moved over the previous copy.
-        let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-        let out = deps.join("appliance-tiny-pack");
-        let tmp = deps.join(format!("appliance-tiny-pack.{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        kore_pack::import::import(
-            &root.join("tiny-hf"),
-            &tmp,
-            &kore_pack::import::ImportOptions::default(),
-            &kore_pack::progress::NoProgress,
-        )
-        .expect("import model-packs/tiny-hf");
-        let _ = std::fs::remove_dir_all(&out);
-        std::fs::rename(&tmp, &out).expect("move the imported pack into place");
-        out
-    })
+    PACK.get_or_init(kore_e2e::tiny_pack)
 }
 
 pub fn pack_files(dir: &Path) -> Vec<PathBuf> {

@@ -6,28 +6,13 @@
 //! Also `bench --concurrency` in the guest and natively. Needs the guest
 //! images and KVM (fails, never skips, without them).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::{json, Value};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn require_images() {
-    let g = root().join("target/guest");
-    let kernel = g.join("x86_64-unknown-none/release/kore-kernel");
-    let image = g.join("x86_64-unknown-linux-gnu/release/kore-appliance");
-    assert!(Path::new("/dev/kvm").exists(), "this test boots a VM: /dev/kvm is missing");
-    assert!(
-        kernel.is_file() && image.is_file(),
-        "guest images missing: run guest-kernel/build.sh (scripts/test.sh does)"
-    );
-}
-
 fn kore(args: &[&str], runtime: &Path) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kore-launch"));
+    let mut cmd = Command::new(kore_e2e::kore_launch());
     for (key, _) in std::env::vars() {
         if key.starts_with("KORE_") && !key.starts_with("KORE_GUEST_") {
             cmd.env_remove(key);
@@ -52,8 +37,8 @@ fn ask(line: &Value, dir: &Path, runtime: &Path) -> Value {
 
 #[test]
 fn ten_turn_chat_in_the_guest_reuses_earlier_turns() {
-    require_images();
-    let pack = root().join("model-packs/tiny");
+    kore_e2e::guest_images();
+    let pack = kore_e2e::repo_root().join("model-packs/tiny");
     let dir = tempfile::tempdir().unwrap();
     let runtime = dir.path().join("rt");
     let o = kore(&["up", "--model", pack.to_str().unwrap()], &runtime);
@@ -91,8 +76,8 @@ fn ten_turn_chat_in_the_guest_reuses_earlier_turns() {
 
 #[test]
 fn bench_concurrency_in_the_guest_and_natively() {
-    require_images();
-    let pack = root().join("model-packs/tiny");
+    kore_e2e::guest_images();
+    let pack = kore_e2e::repo_root().join("model-packs/tiny");
     let pack = pack.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let runtime = dir.path().join("rt");

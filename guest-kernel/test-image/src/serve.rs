@@ -59,7 +59,7 @@ struct Conn {
 pub fn run(port: u32, conns: usize, mode: Mode) -> Result<(), &'static str> {
     let mut dev = vsock::open().map_err(|_| "no usable virtio-vsock device")?;
     dev.sockets.listen(port).map_err(|_| "listen failed")?;
-    println!("kore-demo: vsock cid={} listening on port {port}", dev.sockets.cid());
+    println!("kore-test-image: vsock cid={} listening on port {port}", dev.sockets.cid());
     let mut open: Vec<Conn> = Vec::new();
     let mut buf = alloc::vec![0u8; 64 * 1024];
     let mut failed = false;
@@ -79,9 +79,11 @@ pub fn run(port: u32, conns: usize, mode: Mode) -> Result<(), &'static str> {
     let read: usize = open.iter().map(|c| c.read).sum();
     let sent: usize = open.iter().map(|c| c.sent).sum();
     if mode == Mode::Echo {
-        println!("kore-demo: echoed {sent} bytes on {conns} connection(s)");
+        println!("kore-test-image: echoed {sent} bytes on {conns} connection(s)");
     } else {
-        println!("kore-demo: {mode:?}: read {read}, sent {sent} bytes on {conns} connection(s)");
+        println!(
+            "kore-test-image: {mode:?}: read {read}, sent {sent} bytes on {conns} connection(s)"
+        );
     }
     if failed {
         return Err("a connection broke before it was served");

@@ -23,7 +23,7 @@ fn tiny() -> PathBuf {
 }
 
 fn kore(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kore-launch"));
+    let mut cmd = Command::new(kore_e2e::kore_launch());
     for (key, _) in std::env::vars() {
         if key.starts_with("KORE_") || key == "RUST_LOG" {
             cmd.env_remove(key);
@@ -126,7 +126,7 @@ fn interactive_chat_in_tmux() {
     let model = tiny();
     let cmd = format!(
         "env -u KORE_CONFIG -u KORE_LAUNCH_FAKE XDG_CONFIG_HOME=/nonexistent KORE_RUNTIME_DIR=/nonexistent/kore {} chat --native --model {} --max-tokens 24",
-        sh_quote(env!("CARGO_BIN_EXE_kore-launch")),
+        sh_quote(kore_e2e::kore_launch().to_str().unwrap()),
         sh_quote(model.to_str().unwrap())
     );
     let t = Tmux::start("native", &cmd);

@@ -18,7 +18,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kore_boot_test::{appliance_images, config};
+use kore_e2e::boot::{appliance_images, config};
 use kore_engine::bench::{self, BenchOptions};
 use kore_engine::pool::ThreadPool;
 use kore_vmm::{RunningVm, Vm};

@@ -20,7 +20,7 @@ use serde_json::json;
 use common::client::{ids, Appliance, Client};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../appliance/engine/tests/fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../appliance/engine/tests/fixtures")
 }
 
 fn i32s(t: TensorView<'_>) -> Vec<u32> {
@@ -54,7 +54,7 @@ fn pack_of(fixture: &Path) -> PathBuf {
             std::os::unix::fs::symlink(&p, view.join(n)).unwrap();
         }
     }
-    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../model-packs/tiny-hf");
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model-packs/tiny-hf");
     for n in ["tokenizer.json", "tokenizer_config.json"] {
         std::os::unix::fs::symlink(tiny.join(n), view.join(n)).unwrap();
     }

@@ -14,10 +14,6 @@ use serde_json::Value;
 
 const USER: &str = "kore-test-user";
 
-fn root_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
 }
@@ -55,23 +51,20 @@ struct Copies {
 }
 
 fn copies(dir: &Path) -> Copies {
-    let g = root_dir().join("target/guest");
-    let from_env = |k: &str, rel: &str| std::env::var_os(k).map_or(g.join(rel), PathBuf::from);
-    let kernel = from_env("KORE_GUEST_KERNEL", "x86_64-unknown-none/release/kore-kernel");
-    let image = from_env("KORE_GUEST_IMAGE", "x86_64-unknown-linux-gnu/release/kore-appliance");
-    assert!(kernel.is_file() && image.is_file(), "guest images missing: run guest-kernel/build.sh");
+    let images = kore_e2e::guest_images();
+    let (kernel, image) = (images.kernel, images.appliance);
     let c = Copies {
         exe: dir.join("kore-launch"),
         kernel: dir.join("kore-kernel"),
         image: dir.join("kore-appliance"),
         pack: dir.join("tiny"),
     };
-    std::fs::copy(env!("CARGO_BIN_EXE_kore-launch"), &c.exe).unwrap();
+    std::fs::copy(kore_e2e::kore_launch(), &c.exe).unwrap();
     std::fs::copy(kernel, &c.kernel).unwrap();
     std::fs::copy(image, &c.image).unwrap();
     std::fs::create_dir(&c.pack).unwrap();
     for f in ["pack.toml", "weights.safetensors", "tokenizer.json"] {
-        std::fs::copy(root_dir().join("model-packs/tiny").join(f), c.pack.join(f)).unwrap();
+        std::fs::copy(kore_e2e::tiny_pack().join(f), c.pack.join(f)).unwrap();
     }
     for p in [&c.exe, &c.kernel, &c.image] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn kore(rt: &Path, fake: bool, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kore-launch"));
+    let mut cmd = Command::new(kore_e2e::kore_launch());
     for (key, _) in std::env::vars() {
         if key.starts_with("KORE_") || key == "RUST_LOG" {
             cmd.env_remove(key);

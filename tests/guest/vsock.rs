@@ -1,11 +1,11 @@
-//! Boots kore-demo with `echo=PORT` and echoes 1 MiB through the guest's ring-3 vsock driver,
+//! Boots kore-test-image with `echo=PORT` and echoes 1 MiB through the guest's ring-3 vsock driver,
 //! from the host side of the VMM's hybrid vsock (Unix socket, `CONNECT <port>`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use kore_boot_test::{config, images};
+use kore_e2e::boot::{config, images};
 use kore_vmm::Vm;
 
 const PORT: u32 = 5000;

@@ -1,4 +1,4 @@
-//! kore-demo: the image the boot test runs on our VMM.
+//! kore-test-image: the image the boot test runs on our VMM.
 //!
 //! It checks, in ring 3 on every vCPU: the heap, the TSC clock, an AVX-512 loop (results
 //! compared with scalar code), a parallel job over all vCPUs (including workers woken from
@@ -24,7 +24,7 @@ fn main() -> u32 {
     let info = kore_rt::boot_info();
     let cmdline = core::str::from_utf8(info.cmdline()).unwrap_or("");
     println!(
-        "kore-demo: ring 3 up, cpus={} tsc_khz={} cmdline={:?}",
+        "kore-test-image: ring 3 up, cpus={} tsc_khz={} cmdline={:?}",
         kore_rt::cpu_count(),
         clock::tsc_khz(),
         cmdline
@@ -36,7 +36,7 @@ fn main() -> u32 {
                 // the kernel's exception report; this faults and never returns.
                 let v =
                     unsafe { (kore_rt::abi::layout::KERNEL_BASE as *const u64).read_volatile() };
-                println!("kore-demo: read kernel memory without a fault: {v:#x}");
+                println!("kore-test-image: read kernel memory without a fault: {v:#x}");
                 return 1;
             }
             "fault=panic" => panic!("requested by the command line"),
@@ -54,7 +54,7 @@ fn main() -> u32 {
         None => serve::Mode::Echo,
         Some(Some(m)) => m,
         Some(None) => {
-            println!("kore-demo: bad vsock_mode (echo, sink or source:BYTES)");
+            println!("kore-test-image: bad vsock_mode (echo, sink or source:BYTES)");
             return 2;
         }
     };
@@ -66,18 +66,18 @@ fn main() -> u32 {
     if let Some(port) = echo_port {
         failures += check("vsock echo", serve::run(port, echo_conns, mode));
     }
-    println!("kore-demo: {} failure(s)", failures);
+    println!("kore-test-image: {} failure(s)", failures);
     failures
 }
 
 fn check(name: &str, r: Result<(), &'static str>) -> u32 {
     match r {
         Ok(()) => {
-            println!("kore-demo: {name} ok");
+            println!("kore-test-image: {name} ok");
             0
         }
         Err(e) => {
-            println!("kore-demo: {name} FAILED: {e}");
+            println!("kore-test-image: {name} FAILED: {e}");
             1
         }
     }
@@ -96,7 +96,7 @@ fn heap_check() -> Result<(), &'static str> {
         return Err("wrong contents");
     }
     let s = kore_rt::HEAP.stats();
-    println!("kore-demo: heap total={} MiB in_use={} KiB", s.total >> 20, s.in_use >> 10);
+    println!("kore-test-image: heap total={} MiB in_use={} KiB", s.total >> 20, s.in_use >> 10);
     Ok(())
 }
 
@@ -147,7 +147,7 @@ fn avx512_check() -> Result<(), &'static str> {
     }
     let ns = clock::ticks_to_ns(clock::ticks() - t0);
     let want: f64 = data.iter().map(|&x| x as f64 * x as f64).sum();
-    println!("kore-demo: avx512 sum={got} want={want} ({} us for 100 passes)", ns / 1000);
+    println!("kore-test-image: avx512 sum={got} want={want} ({} us for 100 passes)", ns / 1000);
     if ((got as f64 - want) / want).abs() > 1e-4 {
         return Err("AVX-512 result differs from scalar");
     }
@@ -178,7 +178,7 @@ fn parallel_check() -> Result<(), &'static str> {
             }
         });
         let us = clock::ticks_to_ns(clock::ticks() - t0) / 1000;
-        println!("kore-demo: parallel round {round}: {us} us");
+        println!("kore-test-image: parallel round {round}: {us} us");
         if HITS.load(Ordering::SeqCst) != (1u64 << n) - 1 {
             return Err("not every vCPU ran the job on its own CPU");
         }
@@ -196,7 +196,7 @@ fn kcall_check() -> Result<(), &'static str> {
         }
     }
     let per = clock::ticks_to_ns(clock::ticks() - t0) / N;
-    println!("kore-demo: int3 kernel-call round trip {} ns", per);
+    println!("kore-test-image: int3 kernel-call round trip {} ns", per);
     // A wake IPI to ourselves stays pending (ring 3 runs with IF = 0), so wait() returns at
     // once: this times int3 + sti/hlt + the interrupt (EOI) + iretq.
     let t0 = clock::ticks();
@@ -205,8 +205,8 @@ fn kcall_check() -> Result<(), &'static str> {
         kcall::wait();
     }
     let per = clock::ticks_to_ns(clock::ticks() - t0) / N;
-    println!("kore-demo: self-IPI + wait round trip {} ns", per);
-    if !kcall::log(b"kore-demo: log through the kernel ok\n") {
+    println!("kore-test-image: self-IPI + wait round trip {} ns", per);
+    if !kcall::log(b"kore-test-image: log through the kernel ok\n") {
         return Err("log call refused user memory");
     }
     if kcall::log(unsafe_kernel_slice()) {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kore_boot_test::{appliance_images, boot, config, Outcome};
+use kore_e2e::boot::{appliance_images, boot, config, Outcome};
 
 mod common;
 use common::{host_greedy, pack_files, tiny_pack, READY_MARKER};

@@ -15,7 +15,7 @@ fn tiny_hf() -> PathBuf {
 }
 
 fn kore(args: &[&str], appliance: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kore-launch"));
+    let mut cmd = Command::new(kore_e2e::kore_launch());
     cmd.args(args).env_remove("KORE_APPLIANCE");
     // Never attach to an appliance a developer left running.
     let dir = std::env::temp_dir().join(format!("kore-gen-appliance-{}", std::process::id()));

@@ -1,13 +1,13 @@
-//! Boots Kore + kore-demo on the Kore VMM: ring 3 on every vCPU, AVX-512, heap, clock,
+//! Boots Kore + kore-test-image on the Kore VMM: ring 3 on every vCPU, AVX-512, heap, clock,
 //! kernel calls, exception reports and panics, each checked by exit status and console.
 
 use std::time::Duration;
 
-use kore_boot_test::{boot, config, images};
+use kore_e2e::boot::{boot, config, images};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-fn show(o: &kore_boot_test::Outcome) -> String {
+fn show(o: &kore_e2e::boot::Outcome) -> String {
     format!("status {}\nconsole:\n{}", o.status, o.console.join("\n"))
 }
 

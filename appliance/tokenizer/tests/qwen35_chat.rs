@@ -1,6 +1,7 @@
 //! The Qwen3.5 chat template against Hugging Face `tokenizers`' ids for the
 //! rendered text (fixture from scripts/tokenizer/gen_fixtures.py), and the rule
-//! that message text never yields special tokens.
+//! that message text never yields special tokens. Needs the `qwen35-reference`
+//! feature (see tests/qwen35.rs).
 
 mod common;
 

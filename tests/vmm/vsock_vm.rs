@@ -1,20 +1,15 @@
-//! Ignored until guest-kernel has kore-demo's `conns=`/`vsock_mode=` modes and kore-rt's
-//! `run_until` fix (wip/vmm-guest-demo-serve.patch; all green with it: 50 x 20 MiB in 10-13 s).
-//!
-//! KVM integration tests of the vsock device with a real guest: kore-demo (guest-kernel/demo,
+//! KVM integration tests of the vsock device with a real guest: kore-test-image (guest-kernel/test-image,
 //! `echo=PORT conns=N vsock_mode=...`) on Kore, driven from the host side of the hybrid vsock.
 //!
 //! Modelled on Firecracker's `test_vsock.py` (50 parallel connections of 20 MiB each, hashes
 //! compared), scaled down to keep the run short on this 2-core nested host: by default
 //! 50 connections x 2 MiB in each direction (`KORE_VSOCK_TEST_MIB` sets the size).
 //!
-//! The guest images come from `guest-kernel/build.sh` (scripts/test.sh runs it first):
-//! `<target>/guest/{x86_64-unknown-none,x86_64-unknown-linux-gnu}/release/`, or
-//! `KORE_GUEST_KERNEL` / `KORE_GUEST_IMAGE`.
+//! The guest images come from [`kore_e2e::guest_images`].
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kore_vmm::{HugePageSize, RunningVm, Vm, VmConfig};
@@ -22,33 +17,10 @@ use sha2::{Digest, Sha256};
 
 const PORT: u32 = 5000;
 
-/// The kernel and kore-demo, or a message saying how to build them.
+/// The kernel and kore-test-image.
 fn images() -> (PathBuf, PathBuf) {
-    let exe = std::env::current_exe().unwrap();
-    // <target>/release/deps/<exe>
-    let target = exe.ancestors().nth(3).unwrap().join("guest");
-    let fallback = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guest");
-    let pick = |var: &str, rel: &str| {
-        if let Some(p) = std::env::var_os(var) {
-            return PathBuf::from(p);
-        }
-        let p = target.join(rel);
-        if p.is_file() {
-            p
-        } else {
-            fallback.join(rel)
-        }
-    };
-    let kernel = pick("KORE_GUEST_KERNEL", "x86_64-unknown-none/release/kore-kernel");
-    let demo = pick("KORE_GUEST_IMAGE", "x86_64-unknown-linux-gnu/release/kore-demo");
-    for p in [&kernel, &demo] {
-        assert!(
-            p.is_file(),
-            "guest image {} is missing: run `cd guest-kernel && CARGO_TARGET_DIR=$PWD/../target/guest ./build.sh`",
-            p.display()
-        );
-    }
-    (kernel, demo)
+    let g = kore_e2e::guest_images();
+    (g.kernel, g.test_image)
 }
 
 /// A booted demo serving `conns` connections in `mode`, with its socket directory.
@@ -237,7 +209,7 @@ fn fifty_concurrent_connections_echo_hash_checked_payloads() {
     );
 }
 
-/// Byte `i` of kore-demo's `source` stream (guest-kernel/demo/src/serve.rs).
+/// Byte `i` of kore-test-image's `source` stream (guest-kernel/test-image/src/serve.rs).
 fn pattern(i: usize) -> u8 {
     ((i as u32).wrapping_mul(2_654_435_761) >> 24) as u8
 }
@@ -291,7 +263,7 @@ fn loopback(len: usize) -> f64 {
 }
 
 /// Figures for docs/vmm.md (run by hand: `cargo test --release -p kore-vmm --test vsock_vm
-/// figures -- --ignored --nocapture`): one connection's throughput host->guest (kore-demo
+/// figures -- --ignored --nocapture`): one connection's throughput host->guest (kore-test-image
 /// `sink`) and guest->host (`source`), as ratios to a Unix-socket loopback measured in the
 /// same rounds (alternating), `KORE_VSOCK_TEST_MIB` per transfer.
 #[test]
