@@ -7,6 +7,7 @@ mod cli;
 mod client;
 mod cmd;
 mod config;
+mod engine_options;
 mod error;
 mod host;
 mod model;
@@ -23,7 +24,7 @@ fn main() {
         eprintln!("kore-launch: error: {err}");
         std::process::exit(err.exit_code());
     }
-    if let Err(err) = cmd::run(cli) {
+    if let Err(err) = engine_options::init().and_then(|()| cmd::run(cli)) {
         eprintln!("kore-launch: error: {err}");
         std::process::exit(err.exit_code());
     }

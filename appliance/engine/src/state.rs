@@ -11,9 +11,13 @@
 
 use alloc::vec;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::{LayerKind, ModelConfig};
 use crate::simd::attn::KvElem;
+
+/// Whether new states keep their KV cache in f16 ([`KvPrecision::set_initial`]).
+static INITIAL_KV_F16: AtomicBool = AtomicBool::new(false);
 
 /// Element type of the attention KV cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -27,17 +31,37 @@ pub enum KvPrecision {
 }
 
 impl KvPrecision {
-    /// The default of new states: [`KvPrecision::F32`], or with feature
-    /// `std` the environment variable `KORE_KV` (`f16` or `f32`), a
-    /// measurement switch (the Kore guest always uses the default).
+    /// The precision of new states: [`KvPrecision::F32`] unless the engine's
+    /// caller chose another with [`KvPrecision::set_initial`] (see
+    /// [`crate::EngineOptions`]).
     pub fn initial() -> Self {
-        #[cfg(feature = "std")]
-        if let Ok(v) = std::env::var("KORE_KV") {
-            if v.trim() == "f16" {
-                return KvPrecision::F16;
-            }
+        if INITIAL_KV_F16.load(Ordering::Relaxed) {
+            KvPrecision::F16
+        } else {
+            KvPrecision::F32
         }
-        KvPrecision::F32
+    }
+
+    /// Sets what [`KvPrecision::initial`] returns from now on, process-wide.
+    pub fn set_initial(kv: KvPrecision) {
+        INITIAL_KV_F16.store(kv == KvPrecision::F16, Ordering::Relaxed);
+    }
+
+    /// `f32` or `f16`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "f32" => Some(KvPrecision::F32),
+            "f16" => Some(KvPrecision::F16),
+            _ => None,
+        }
+    }
+
+    /// The name [`KvPrecision::from_name`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvPrecision::F32 => "f32",
+            KvPrecision::F16 => "f16",
+        }
     }
 
     /// Bytes per cached element.

@@ -78,7 +78,24 @@ fn assert_close(ours: &[f32], theirs: &[f32], what: &str) {
     );
 }
 
+/// Applies the engine options tests/reference_paths.rs passes to its re-runs
+/// (`KORE_KERNELS`, `KORE_DELTANET_CHUNKED_MIN`, read here as the launcher
+/// reads them: the engine library reads no environment).
+fn apply_options_from_env() {
+    let kernels = std::env::var("KORE_KERNELS").ok().map(|v| {
+        kore_engine::simd::Path::from_name(&v).unwrap_or_else(|| panic!("KORE_KERNELS={v}"))
+    });
+    let deltanet_chunked_min =
+        std::env::var("KORE_DELTANET_CHUNKED_MIN").ok().map(|v| v.parse().unwrap());
+    let opts = kore_engine::EngineOptions { kernels, deltanet_chunked_min, ..Default::default() };
+    opts.apply().unwrap();
+    if let Some(path) = kernels {
+        assert_eq!(kore_engine::simd::active(), path, "EngineOptions::apply forces the path");
+    }
+}
+
 fn load(dir: &Path) -> HfModelDir {
+    apply_options_from_env();
     HfModelDir::open(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
 }
 

@@ -39,8 +39,10 @@ fn reference_tests_pass_on_every_forced_path() {
     }
 }
 
+/// Without options the engine picks the best path (the re-runs above check
+/// that `EngineOptions::apply` forces each one).
 #[test]
-fn kernels_env_var_forces_the_path() {
+fn the_default_path_is_the_best() {
     if std::env::var("KORE_KERNELS").is_err() {
         assert_eq!(kore_engine::simd::active(), kore_engine::simd::best());
     }

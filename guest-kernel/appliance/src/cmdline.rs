@@ -13,8 +13,8 @@ pub struct Cmdline {
     pub prompt_ids: Option<Vec<u32>>,
     /// `port=P`: the vsock port to serve on.
     pub port: Option<u32>,
-    /// `kernels=NAME`: force kore-engine's kernel path.
-    pub kernels: Option<kore_engine::simd::Path>,
+    /// `kernels=NAME`, `kv=f32|f16`, `deltanet_chunked_min=N`: kore-engine's options.
+    pub engine: kore_engine::EngineOptions,
     /// `bench=N`: run the benchmark with N decode steps, then exit.
     pub bench: Option<usize>,
     /// `bench_prompt=P`: the benchmark's prompt tokens.
@@ -49,7 +49,14 @@ impl Cmdline {
                 }
                 "port" => c.port = Some(v.parse().map_err(|_| bad())?),
                 "kernels" => {
-                    c.kernels = Some(kore_engine::simd::Path::from_name(v).ok_or_else(bad)?)
+                    c.engine.kernels = Some(kore_engine::simd::Path::from_name(v).ok_or_else(bad)?)
+                }
+                "kv" => {
+                    c.engine.kv = kore_engine::state::KvPrecision::from_name(v).ok_or_else(bad)?
+                }
+                "deltanet_chunked_min" => {
+                    let n = v.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?;
+                    c.engine.deltanet_chunked_min = Some(n);
                 }
                 "bench" => c.bench = Some(v.parse().map_err(|_| bad())?),
                 "bench_prompt" => c.bench_prompt = Some(v.parse().map_err(|_| bad())?),

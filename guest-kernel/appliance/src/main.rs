@@ -11,8 +11,9 @@
 //! - `context=N`: limit the context (prompt + generated tokens) to N, never above the model's;
 //! - `kv_tokens=N`: KV positions the running sequences share (requests beyond wait);
 //! - `sessions_mib=M`: memory for kept session states;
-//! - `kernels=generic|avx2|avx512`: force kore-engine's kernel path (default: the best the CPU
-//!   reports, AVX-512 here);
+//! - `kernels=generic|avx2|avx512|avx512vnni`: force kore-engine's kernel path (default: the
+//!   best the CPU level allows); `kv=f32|f16`: the KV cache type; `deltanet_chunked_min=N`:
+//!   DeltaNet's chunked form from N tokens (the launcher passes its `KORE_*` engine options);
 //! - `bench=N [bench_prompt=P] [bench_mib=M]`: run kore-engine's benchmark (P prompt tokens,
 //!   default 128; N decode steps; read bandwidth over M MiB, default 64), print
 //!   `kore-appliance: bench {json}` and exit 0;
@@ -84,11 +85,9 @@ fn main() -> u32 {
             return exit::BAD_PACK;
         }
     };
-    if let Some(path) = cmd.kernels {
-        if let Err(e) = kore_engine::simd::force(Some(path)) {
-            println!("kore-appliance: kernels={}: {e}", path.name());
-            return exit::BAD_CMDLINE;
-        }
+    if let Err(e) = cmd.engine.apply() {
+        println!("kore-appliance: kernels: {e}");
+        return exit::BAD_CMDLINE;
     }
     let mut model = match pack.model() {
         Ok(m) => m,

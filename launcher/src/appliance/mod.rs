@@ -312,13 +312,15 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
 
 /// The guest's command line: the engine's context limit, the KV positions its
 /// running sequences share and the kept-session budget, all from the sizing
-/// the guest's memory was made with.
+/// the guest's memory was made with, then the engine options this process
+/// runs with (`KORE_KERNELS`, ...: the same as `--native`).
 fn guest_cmdline(b: &crate::host::sizing::Budget) -> String {
     format!(
-        "context={} kv_tokens={} sessions_mib={}",
+        "context={} kv_tokens={} sessions_mib={}{}",
         b.context.min(u64::from(u32::MAX)),
         b.kv_tokens,
-        b.sessions >> 20
+        b.sessions >> 20,
+        crate::engine_options::current().cmdline_words()
     )
 }
 

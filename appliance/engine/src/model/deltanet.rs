@@ -375,39 +375,23 @@ struct Seq<'s> {
     tokens: usize,
 }
 
-/// Forced [`chunked_min_tokens`]: 0 = not read yet, `AUTO` = never chunked.
-static CHUNKED_MIN: AtomicUsize = AtomicUsize::new(0);
+/// [`chunked_min_tokens`]: `AUTO` = never chunked (the default).
+static CHUNKED_MIN: AtomicUsize = AtomicUsize::new(AUTO);
 const AUTO: usize = usize::MAX;
 
 /// Whether a DeltaNet forward of `tokens` tokens (without checkpoints)
-/// takes the chunked form: only when forced by [`set_chunked_min_tokens`]
-/// or, with feature `std`, the environment variable
-/// `KORE_DELTANET_CHUNKED_MIN` (a positive count: chunked from that many
-/// tokens), read at first use. By default never: measured on this machine
+/// takes the chunked form: only from the count set with
+/// [`set_chunked_min_tokens`] (by the engine's caller, see
+/// [`crate::EngineOptions`]). By default never: measured on this machine
 /// (docs/benchmarks.md, DeltaNet), the chunked form took 1.2-1.3x less time
 /// than the token-by-token rule on one 128 x 128 head alone but 1.6x more
 /// inside 2b-pack prefill, and 3-4x more on heads of 64 x 64 and smaller.
 pub fn chunked_min_tokens() -> usize {
-    let mut n = CHUNKED_MIN.load(Ordering::Relaxed);
-    if n == 0 {
-        n = initial_chunked_min().unwrap_or(AUTO);
-        CHUNKED_MIN.store(n, Ordering::Relaxed);
-    }
-    n
+    CHUNKED_MIN.load(Ordering::Relaxed)
 }
 
 /// Forces [`chunked_min_tokens`] for every later forward in this process:
 /// `Some(n)` = chunked from `n` tokens, `None` = never (the default).
 pub fn set_chunked_min_tokens(n: Option<usize>) {
     CHUNKED_MIN.store(n.map_or(AUTO, |n| n.clamp(1, AUTO - 1)), Ordering::Relaxed);
-}
-
-#[cfg(feature = "std")]
-fn initial_chunked_min() -> Option<usize> {
-    std::env::var("KORE_DELTANET_CHUNKED_MIN").ok()?.trim().parse().ok().filter(|&n| n > 0)
-}
-
-#[cfg(not(feature = "std"))]
-fn initial_chunked_min() -> Option<usize> {
-    None
 }

@@ -117,8 +117,8 @@ pub struct Features {
 
 /// 0 = not detected yet; else bit 0 set plus bit 1 avx2, bit 2 avx512, bit 3 avx512vnni.
 static FEATURES: AtomicU8 = AtomicU8::new(0);
-/// 0 = not read yet; `AUTO`; else a forced `Path::code`.
-static FORCED: AtomicU8 = AtomicU8::new(0);
+/// `AUTO` (the best supported path) or a forced `Path::code`.
+static FORCED: AtomicU8 = AtomicU8::new(AUTO);
 /// XCR0 bits detection may count (see [`limit_xcr0`]); all by default.
 static XCR0_LIMIT: AtomicU64 = AtomicU64::new(u64::MAX);
 const AUTO: u8 = 255;
@@ -215,26 +215,10 @@ pub fn best() -> Path {
     }
 }
 
-/// The path `kernels::matmul` uses: the forced one, else [`best`]. With
-/// feature `std` the environment variable `KORE_KERNELS` (`generic`, `avx2`,
-/// `avx512`, `avx512vnni`) forces the initial choice when this CPU supports it.
+/// The path `kernels::matmul` uses: the one forced with [`force`] (the
+/// engine's caller does that, see [`crate::EngineOptions`]), else [`best`].
 pub fn active() -> Path {
-    let mut code = FORCED.load(Ordering::Relaxed);
-    if code == 0 {
-        code = initial().filter(|p| p.supported()).map_or(AUTO, Path::code);
-        FORCED.store(code, Ordering::Relaxed);
-    }
-    Path::from_code(code).unwrap_or_else(best)
-}
-
-#[cfg(feature = "std")]
-fn initial() -> Option<Path> {
-    std::env::var("KORE_KERNELS").ok().and_then(|v| Path::from_name(v.trim()))
-}
-
-#[cfg(not(feature = "std"))]
-fn initial() -> Option<Path> {
-    None
+    Path::from_code(FORCED.load(Ordering::Relaxed)).unwrap_or_else(best)
 }
 
 /// The requested path is not supported by this CPU.

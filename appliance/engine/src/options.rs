@@ -1,0 +1,71 @@
+//! The engine's process-wide choices, made by whoever runs it: the launcher
+//! from its flags and environment, the Kore guest from its command line. The
+//! library itself reads no environment, so the host and the guest only differ
+//! where their caller says so.
+
+use crate::simd;
+use crate::state::KvPrecision;
+
+/// What [`EngineOptions::apply`] sets for every later forward in this process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// The SIMD kernel path; `None` = the fastest this CPU supports.
+    pub kernels: Option<simd::Path>,
+    /// The KV cache element type of new states.
+    pub kv: KvPrecision,
+    /// DeltaNet's chunked form for forwards of at least this many tokens;
+    /// `None` = never (the default, see `model::chunked_min_tokens`).
+    pub deltanet_chunked_min: Option<usize>,
+}
+
+impl EngineOptions {
+    /// Makes these the engine's choices. Fails, changing nothing, when the
+    /// kernel path is not supported by this CPU (or the XCR0 it was limited to).
+    pub fn apply(&self) -> Result<(), simd::Unsupported> {
+        simd::force(self.kernels)?;
+        KvPrecision::set_initial(self.kv);
+        crate::model::set_chunked_min_tokens(self.deltanet_chunked_min);
+        Ok(())
+    }
+
+    /// The options' `key=value` words for the guest's command line (empty for
+    /// the defaults), as the guest appliance parses them.
+    pub fn cmdline_words(&self) -> alloc::string::String {
+        use core::fmt::Write;
+        let mut out = alloc::string::String::new();
+        if let Some(p) = self.kernels {
+            let _ = write!(out, " kernels={}", p.name());
+        }
+        if self.kv != KvPrecision::F32 {
+            let _ = write!(out, " kv={}", self.kv.name());
+        }
+        if let Some(n) = self.deltanet_chunked_min {
+            let _ = write!(out, " deltanet_chunked_min={n}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_add_nothing_to_the_guest_command_line() {
+        assert_eq!(EngineOptions::default().cmdline_words(), "");
+        let o = EngineOptions {
+            kernels: Some(simd::Path::Generic),
+            kv: KvPrecision::F16,
+            deltanet_chunked_min: Some(64),
+        };
+        assert_eq!(o.cmdline_words(), " kernels=generic kv=f16 deltanet_chunked_min=64");
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for kv in [KvPrecision::F32, KvPrecision::F16] {
+            assert_eq!(KvPrecision::from_name(kv.name()), Some(kv));
+        }
+        assert_eq!(KvPrecision::from_name("bf16"), None);
+    }
+}
