@@ -59,5 +59,5 @@ unshare --mount --net --propagation private bash -euo pipefail -c '
   exec setpriv --reuid="$user" --regid="$user" --clear-groups --no-new-privs \
     env -i PATH="$cargo_home/bin:/usr/bin:/bin" HOME="$work/home" CARGO_HOME="$cargo_home" \
     RUSTUP_HOME="$rustup_home" TMPDIR="$work/home" \
-    bash -c "id; ls /dev; cargo test --workspace --release --locked --offline"
+    bash -c "id; ls /dev; cargo test --workspace --release --locked --offline --no-fail-fast"
 ' bash "$work" "$repo" "$cargo_home" "$rustup_home" "$user"

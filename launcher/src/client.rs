@@ -140,55 +140,44 @@ impl Event {
         !matches!(self, Event::Delta(_))
     }
 
-    /// Parses one event line.
+    /// Parses one event line with the protocol's wire types
+    /// (`kore_service::response`, the only parser of events).
     pub fn parse(line: &str) -> Result<Event> {
-        let bad = |why: &str| {
-            LaunchError::Other(format!("the appliance sent a malformed event ({why}): {line}"))
-        };
-        let v: Value = serde_json::from_str(line).map_err(|e| bad(&e.to_string()))?;
-        let id = v.get("id").cloned().unwrap_or(Value::Null);
-        let text = |key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
-        if let Some(delta) = text("delta") {
-            let phase = match v.get("phase").and_then(Value::as_str) {
-                Some("thinking") => Phase::Thinking,
-                _ => Phase::Answer,
-            };
-            return Ok(Event::Delta(Delta { id, text: delta, phase }));
-        }
-        if v.get("done").is_some() {
-            let token_ids = v
-                .get("token_ids")
-                .and_then(Value::as_array)
-                .ok_or_else(|| bad("done without token_ids"))?
-                .iter()
-                .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
-                .collect::<Option<Vec<u32>>>()
-                .ok_or_else(|| bad("token_ids are not token ids"))?;
-            return Ok(Event::Done(Done {
-                id,
-                finish: text("finish").unwrap_or_default(),
-                token_ids,
-                text: text("text").unwrap_or_default(),
-                thinking: text("thinking"),
-                stats: v.get("stats").cloned().unwrap_or(Value::Null),
-            }));
-        }
-        if let Some(err) = v.get("error") {
-            let field = |k: &str| err.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-            return Ok(Event::Error(ProtocolError {
-                id,
-                code: field("code"),
-                message: field("message"),
-            }));
-        }
-        if let Some(info) = v.get("info") {
-            return Ok(Event::Info { id, info: info.clone() });
-        }
-        if let Some(report) = v.get("bench") {
-            return Ok(Event::Bench { id, report: report.clone() });
-        }
-        Err(bad("unknown event"))
+        use kore_service::response::{self as wire, Event as Wire};
+        let event = wire::parse_event(line).map_err(|e| {
+            LaunchError::Other(format!("the appliance sent a malformed event ({e}): {line}"))
+        })?;
+        Ok(match event {
+            Wire::Delta(d) => Event::Delta(Delta {
+                id: d.id.into_owned().0,
+                text: d.delta.into_owned(),
+                phase: match d.phase {
+                    wire::Phase::Thinking => Phase::Thinking,
+                    wire::Phase::Answer => Phase::Answer,
+                },
+            }),
+            Wire::Done(d) => Event::Done(Done {
+                id: d.id.into_owned().0,
+                finish: to_json(&d.finish).as_str().unwrap_or_default().to_string(),
+                token_ids: d.token_ids.into_owned(),
+                text: d.text.into_owned(),
+                thinking: d.thinking.map(|t| t.into_owned()),
+                stats: to_json(&d.stats),
+            }),
+            Wire::Error(e) => Event::Error(ProtocolError {
+                id: e.id.into_owned().0,
+                code: to_json(&e.error.code).as_str().unwrap_or_default().to_string(),
+                message: e.error.message.into_owned(),
+            }),
+            Wire::Info(i) => Event::Info { id: i.id.into_owned().0, info: to_json(&i.info) },
+            Wire::Bench(b) => Event::Bench { id: b.id.into_owned().0, report: to_json(&b.bench) },
+        })
     }
+}
+
+/// A wire value as the JSON the service sent (the launcher's views keep some as JSON).
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 fn io_err(source: std::io::Error) -> LaunchError {

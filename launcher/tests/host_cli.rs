@@ -180,22 +180,6 @@ fn doctor_on_a_host_without_kvm_fails_with_json() {
 }
 
 #[test]
-fn doctor_on_this_machine() {
-    // The development and CI machines have KVM and AVX-512: doctor must pass.
-    let tree = Tree::new();
-    let o = kore(&["doctor", "--json"], tree.root(), &[]);
-    let out = stdout(&o);
-    let json: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).expect(&out);
-    assert!(o.status.success(), "{out}{}", stderr(&o));
-    assert_eq!(json["ok"], true);
-    let names: Vec<&str> =
-        json["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["config", "kvm", "cpu", "hugepages", "memory", "iommu", "vfio", "vsock"]);
-    let o = kore(&["doctor"], tree.root(), &[]);
-    assert!(stdout(&o).contains("[ok  ] kvm"), "{}", stdout(&o));
-}
-
-#[test]
 fn completions_for_each_shell() {
     let tree = Tree::new();
     let bash = kore(&["completions", "bash"], tree.root(), &[]);

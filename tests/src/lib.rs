@@ -14,6 +14,7 @@
 //! | `vm/` | `kore-launch` booting the appliance VM (generate, batch, up/down, sessions, imports, non-root) |
 //! | `guest/` | the VMM booting Kore with the test image or the appliance image directly |
 //! | `vmm/` | the VMM's lifecycle and its vsock device with a real guest |
+//! | `host/` | `kore-launch doctor` on the real host |
 //! | `terminal/` | the interactive chat in tmux, and `--native` runs |
 //! | `openai/` | `kore-launch serve` with the official `openai` client and Chromium (pytest) |
 

@@ -4,7 +4,7 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Sampling and drafting parameters of one request, already validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -160,7 +160,8 @@ pub struct BenchRequest {
 }
 
 /// Benchmark results, field for field the `kore-launch bench --json` object.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct BenchReport {
     /// Memory read bandwidth measured in the same run, GB/s.
     pub measured_read_gbps: f64,
@@ -187,13 +188,13 @@ pub struct BenchReport {
     /// The kernel path the engine ran (`generic`, `avx2`, `avx512`, `avx512vnni`).
     pub kernels: String,
     /// With MTP drafting (`mtp > 0`): the figures of [`MtpBench`], else absent.
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub mtp: Option<MtpBench>,
 }
 
 /// The MTP part of a bench report (`kore-launch bench --mtp N`), measured
 /// against plain decoding in the same run.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct MtpBench {
     /// Drafts per step asked for.
     pub mtp: u32,

@@ -5,7 +5,7 @@
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::codec::{ChatMessage, Role};
@@ -19,7 +19,7 @@ pub const MAX_STOP_BYTES: usize = 256;
 pub const MAX_MTP: u64 = 16;
 
 /// Stable error codes of the protocol (the `error.code` field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The line is not valid UTF-8 or not a JSON object.
@@ -42,7 +42,7 @@ pub enum ErrorCode {
 
 /// A request id as the client sent it (string or number), echoed verbatim;
 /// `null` when the client gave none or it could not be read.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Id(pub Value);
 

@@ -1,15 +1,19 @@
-//! Response lines: every event the service sends, as serializable structs
-//! that encode to one JSON object followed by `\n`.
+//! Response lines: every event the service sends, one JSON object followed
+//! by `\n`. These are the protocol's wire types on both sides: the service
+//! serializes them borrowing its own data (`Cow::Borrowed`), and every client
+//! (the launcher, its HTTP server, tests) reads a line with [`parse_event`]
+//! into the same types, owned.
 
+use alloc::borrow::Cow;
 use alloc::string::String;
 use alloc::vec::Vec;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::BenchReport;
 use crate::request::{ErrorCode, Id};
 
 /// Which part of the model's output a delta belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Reasoning between `<think>` and `</think>`.
@@ -19,7 +23,7 @@ pub enum Phase {
 }
 
 /// Why a request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Finish {
     /// A stop token or stop string was generated.
@@ -30,8 +34,10 @@ pub enum Finish {
     Cancelled,
 }
 
-/// Per-request measurements in the `done` event.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+/// Per-request measurements in the `done` event (a reader takes 0 for a
+/// field an older service did not send).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Stats {
     /// Prompt length in tokens.
     pub prompt_tokens: u32,
@@ -54,56 +60,58 @@ pub struct Stats {
 }
 
 /// `{"id", "delta", "phase"}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeltaEvent<'a> {
     /// Request id.
-    pub id: &'a Id,
+    pub id: Cow<'a, Id>,
     /// New text.
-    pub delta: &'a str,
+    pub delta: Cow<'a, str>,
     /// Its phase.
     pub phase: Phase,
 }
 
 /// The final event of a successful (or cancelled) request.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DoneEvent<'a> {
     /// Request id.
-    pub id: &'a Id,
+    pub id: Cow<'a, Id>,
     /// Always true.
     pub done: bool,
     /// Why it ended.
     pub finish: Finish,
     /// Generated token ids (including a final stop token).
-    pub token_ids: &'a [u32],
+    pub token_ids: Cow<'a, [u32]>,
     /// Answer text (the concatenated answer deltas).
-    pub text: &'a str,
+    pub text: Cow<'a, str>,
     /// Thinking text (chat requests only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub thinking: Option<&'a str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Cow<'a, str>>,
     /// Measurements.
-    pub stats: &'a Stats,
+    pub stats: Cow<'a, Stats>,
 }
 
 /// `{"code", "message"}` inside an error event.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody<'a> {
     /// Stable code.
     pub code: ErrorCode,
     /// Explanation.
-    pub message: &'a str,
+    pub message: Cow<'a, str>,
 }
 
 /// `{"id", "error": {...}}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorEvent<'a> {
     /// Request id (`null` if unreadable).
-    pub id: &'a Id,
+    pub id: Cow<'a, Id>,
     /// The error.
     pub error: ErrorBody<'a>,
 }
 
-/// Body of the `info` reply.
-#[derive(Debug, Clone, Serialize)]
+/// Body of the `info` reply (a reader takes defaults for fields an older
+/// service did not send).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct InfoBody {
     /// Model name.
     pub model: String,
@@ -112,13 +120,13 @@ pub struct InfoBody {
     /// Vocabulary size.
     pub vocab_size: u32,
     /// kore-service version.
-    pub version: &'static str,
+    pub version: Cow<'static, str>,
     /// Protocol revision (this document: 1).
     pub protocol: u32,
     /// Scheduling policy: `"batched"` (up to `max_active` requests decode
     /// together, the rest wait in order) or `"fifo"` (an engine that runs one
     /// request at a time).
-    pub scheduling: &'static str,
+    pub scheduling: Cow<'static, str>,
     /// Requests the engine runs together at most.
     pub max_active: usize,
     /// Requests running now.
@@ -136,21 +144,57 @@ pub struct InfoBody {
 }
 
 /// `{"id", "info": {...}}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InfoEvent<'a> {
     /// Request id.
-    pub id: &'a Id,
+    pub id: Cow<'a, Id>,
     /// The description.
-    pub info: &'a InfoBody,
+    pub info: Cow<'a, InfoBody>,
 }
 
 /// `{"id", "bench": {...}}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchEvent<'a> {
     /// Request id.
-    pub id: &'a Id,
+    pub id: Cow<'a, Id>,
     /// Results.
-    pub bench: &'a BenchReport,
+    pub bench: Cow<'a, BenchReport>,
+}
+
+/// Any event, as a client reads it: each kind is told apart by its key
+/// (`delta`, `done`, `error`, `info`, `bench`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Event<'a> {
+    /// Streamed text.
+    Delta(DeltaEvent<'a>),
+    /// A request ended.
+    Done(DoneEvent<'a>),
+    /// A request (or an unreadable line) failed.
+    Error(ErrorEvent<'a>),
+    /// The `info` reply.
+    Info(InfoEvent<'a>),
+    /// The `bench` reply.
+    Bench(BenchEvent<'a>),
+}
+
+impl Event<'_> {
+    /// The request id the event answers.
+    pub fn id(&self) -> &Id {
+        match self {
+            Event::Delta(e) => &e.id,
+            Event::Done(e) => &e.id,
+            Event::Error(e) => &e.id,
+            Event::Info(e) => &e.id,
+            Event::Bench(e) => &e.id,
+        }
+    }
+}
+
+/// Reads one event line (without its newline) into owned wire types; the
+/// error says why a line is not an event of this protocol.
+pub fn parse_event(line: &str) -> Result<Event<'static>, serde_json::Error> {
+    serde_json::from_str(line)
 }
 
 /// Appends `event` as one JSON line to `out`.
@@ -164,4 +208,73 @@ pub fn write_line<T: Serialize>(out: &mut Vec<u8>, event: &T) {
         ),
     }
     out.push(b'\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn round_trip(event: &Event<'_>) -> Event<'static> {
+        let mut line = Vec::new();
+        write_line(&mut line, event);
+        assert_eq!(line.pop(), Some(b'\n'));
+        parse_event(core::str::from_utf8(&line).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn every_event_reads_back_as_written() {
+        let id = Id(json!("r1"));
+        let stats = Stats { prompt_tokens: 3, cached_tokens: 1, ..Stats::default() };
+        let info = InfoBody {
+            model: "tiny".into(),
+            context_limit: 4096,
+            vocab_size: 8,
+            version: Cow::Borrowed("0.1.0"),
+            protocol: 1,
+            scheduling: Cow::Borrowed("batched"),
+            max_active: 8,
+            active: 0,
+            max_line_bytes: 1 << 20,
+            queue_limit: 64,
+            queued: 0,
+            busy: false,
+            connections: 1,
+        };
+        let report = BenchReport { threads: 2, kernels: "avx2".into(), ..BenchReport::default() };
+        let events = [
+            Event::Delta(DeltaEvent {
+                id: Cow::Borrowed(&id),
+                delta: Cow::Borrowed("hi"),
+                phase: Phase::Thinking,
+            }),
+            Event::Done(DoneEvent {
+                id: Cow::Borrowed(&id),
+                done: true,
+                finish: Finish::Length,
+                token_ids: Cow::Borrowed(&[1, 2, 3]),
+                text: Cow::Borrowed("abc"),
+                thinking: None,
+                stats: Cow::Borrowed(&stats),
+            }),
+            Event::Error(ErrorEvent {
+                id: Cow::Borrowed(&Id::NULL),
+                error: ErrorBody { code: ErrorCode::LineTooLong, message: "long".into() },
+            }),
+            Event::Info(InfoEvent { id: Cow::Borrowed(&id), info: Cow::Borrowed(&info) }),
+            Event::Bench(BenchEvent { id: Cow::Borrowed(&id), bench: Cow::Borrowed(&report) }),
+        ];
+        for e in &events {
+            assert_eq!(&round_trip(e), e);
+        }
+    }
+
+    #[test]
+    fn lines_that_are_no_event_are_errors() {
+        for line in ["", "{}", "[1]", r#"{"id":1,"delta":5,"phase":"answer"}"#, r#"{"id":1}"#] {
+            assert!(parse_event(line).is_err(), "{line}");
+        }
+        let e = parse_event(r#"{"id":7,"delta":"x","phase":"answer","extra":true}"#).unwrap();
+        assert_eq!(e.id(), &Id(json!(7)), "unknown fields are ignored (newer services)");
+    }
 }

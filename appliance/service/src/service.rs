@@ -6,6 +6,7 @@
 //! time; everything is plain data, with no threads, no clock of its own and
 //! no I/O.
 
+use alloc::borrow::Cow;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
 use alloc::string::String;
@@ -137,8 +138,8 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
                 self.config.max_connections
             );
             conn.send(&ErrorEvent {
-                id: &Id::NULL,
-                error: ErrorBody { code: ErrorCode::Overloaded, message: &message },
+                id: Cow::Borrowed(&Id::NULL),
+                error: ErrorBody { code: ErrorCode::Overloaded, message: message.into() },
             });
             conn.drain();
         }
@@ -312,13 +313,13 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
                     ..Stats::default()
                 };
                 let done = DoneEvent {
-                    id: &job.id,
+                    id: Cow::Borrowed(&job.id),
                     done: true,
                     finish: Finish::Cancelled,
-                    token_ids: &[],
-                    text: "",
-                    thinking: chat.then_some(""),
-                    stats: &stats,
+                    token_ids: Cow::Borrowed(&[]),
+                    text: Cow::Borrowed(""),
+                    thinking: chat.then_some(Cow::Borrowed("")),
+                    stats: Cow::Borrowed(&stats),
                 };
                 self.send(conn, &done);
                 self.release(conn, &job.key);
@@ -336,9 +337,9 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             model: self.info.model.clone(),
             context_limit: self.info.context_limit,
             vocab_size: self.info.vocab_size,
-            version: env!("CARGO_PKG_VERSION"),
+            version: Cow::Borrowed(env!("CARGO_PKG_VERSION")),
             protocol: PROTOCOL_VERSION,
-            scheduling: if self.max_active > 1 { "batched" } else { "fifo" },
+            scheduling: Cow::Borrowed(if self.max_active > 1 { "batched" } else { "fifo" }),
             max_active: self.max_active,
             active: self.active.len(),
             max_line_bytes: self.config.max_line_bytes,
@@ -347,7 +348,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             busy: !self.active.is_empty(),
             connections: self.conns.len(),
         };
-        self.send(conn, &InfoEvent { id, info: &info });
+        self.send(conn, &InfoEvent { id: Cow::Borrowed(id), info: Cow::Borrowed(&info) });
     }
 
     fn start_job(&mut self, job: Job) {
@@ -386,7 +387,8 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
 
     fn run_bench(&mut self, conn: ConnId, id: &Id, key: &str, b: &BenchRequest) {
         match self.engine.bench(b) {
-            Ok(report) => self.send(conn, &BenchEvent { id, bench: &report }),
+            Ok(report) => self
+                .send(conn, &BenchEvent { id: Cow::Borrowed(id), bench: Cow::Borrowed(&report) }),
             Err(e) => self.send_engine_error(conn, id, &e),
         }
         self.release(conn, key);
@@ -469,13 +471,13 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         self.send_deltas(a.conn, &a.id, &deltas);
         let stats = a.stats(self.info.context_limit);
         let done = DoneEvent {
-            id: &a.id,
+            id: Cow::Borrowed(&a.id),
             done: true,
             finish,
-            token_ids: &a.tokens,
-            text: a.emitter.text(),
-            thinking: a.chat.then(|| a.emitter.thinking()),
-            stats: &stats,
+            token_ids: Cow::Borrowed(&a.tokens),
+            text: Cow::Borrowed(a.emitter.text()),
+            thinking: a.chat.then(|| Cow::Borrowed(a.emitter.thinking())),
+            stats: Cow::Borrowed(&stats),
         };
         self.send(a.conn, &done);
         self.release(a.conn, &a.key);
@@ -483,7 +485,8 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
 
     fn send_deltas(&mut self, conn: ConnId, id: &Id, deltas: &Deltas) {
         for (phase, text) in deltas {
-            let ev = DeltaEvent { id, delta: text, phase: *phase };
+            let ev =
+                DeltaEvent { id: Cow::Borrowed(id), delta: Cow::Borrowed(text), phase: *phase };
             self.send(conn, &ev);
         }
     }
@@ -499,7 +502,10 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
     }
 
     fn send_error(&mut self, conn: ConnId, id: &Id, code: ErrorCode, message: &str) {
-        let ev = ErrorEvent { id, error: ErrorBody { code, message } };
+        let ev = ErrorEvent {
+            id: Cow::Borrowed(id),
+            error: ErrorBody { code, message: message.into() },
+        };
         self.send(conn, &ev);
     }
 

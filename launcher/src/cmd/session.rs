@@ -187,27 +187,27 @@ impl Conn {
     }
 }
 
+/// One line as the commands' [`Event`], read by the protocol's one parser
+/// (through [`crate::client::Event::parse`]).
 fn parse_event(line: &str) -> Event {
-    let v: Value = match serde_json::from_str(line) {
-        Ok(v) => v,
-        Err(e) => return Event::Closed(format!("the appliance sent a line that is not JSON: {e}")),
-    };
-    let id = v.get("id").cloned().unwrap_or(Value::Null);
-    if let Some(delta) = v.get("delta").and_then(Value::as_str) {
-        let thinking = v.get("phase").and_then(Value::as_str) == Some("thinking");
-        return Event::Delta { id, text: delta.to_owned(), thinking };
+    use crate::client::Event as Client;
+    match Client::parse(line) {
+        Ok(Client::Delta(d)) => Event::Delta {
+            id: d.id,
+            text: d.text,
+            thinking: d.phase == crate::client::Phase::Thinking,
+        },
+        Ok(Client::Done(_)) => match serde_json::from_str::<Value>(line) {
+            Ok(body) => Event::Done { id: body.get("id").cloned().unwrap_or(Value::Null), body },
+            Err(e) => Event::Closed(e.to_string()),
+        },
+        Ok(Client::Error(e)) => Event::Error { id: e.id, code: e.code, message: e.message },
+        Ok(Client::Info { id, info }) => Event::Info { id, info },
+        Ok(Client::Bench { .. }) => {
+            Event::Closed(format!("the appliance sent an unexpected event: {}", line.trim_end()))
+        }
+        Err(e) => Event::Closed(e.to_string()),
     }
-    if v.get("done").is_some() {
-        return Event::Done { id, body: v };
-    }
-    if let Some(err) = v.get("error") {
-        let s = |k: &str| err.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-        return Event::Error { id, code: s("code"), message: s("message") };
-    }
-    if let Some(info) = v.get("info") {
-        return Event::Info { id, info: info.clone() };
-    }
-    Event::Closed(format!("the appliance sent an unknown event: {}", line.trim_end()))
 }
 
 /// Adds the sampling flags that were given to a request object.

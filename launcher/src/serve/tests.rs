@@ -202,7 +202,8 @@ async fn a_dropped_stream_cancels_its_generation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_overloaded() {
     let app = router(state(None));
-    // Up to 8 running (batched) plus the service's 64 waiting fill it; the rest are refused.
+    // The service's 64 waiting (plus up to 8 running, batched, if the scheduler took some
+    // before the rest arrived: on a loaded machine it may not have) fill it; the rest are refused.
     let body = json!({"model": "tiny-hf", "prompt": "JULIET:", "max_tokens": 4000, "stream": true});
     let calls = (0..90).map(|_| app.clone().oneshot(post("/v1/completions", body.clone())));
     let responses = futures_util::future::join_all(calls).await;
@@ -212,7 +213,7 @@ async fn a_full_queue_answers_503_overloaded() {
         .partition(|r| r.status() == StatusCode::SERVICE_UNAVAILABLE);
     assert!(held.iter().all(|r| r.status() == StatusCode::OK));
     assert!(
-        held.len() >= 65 && !refused.is_empty(),
+        held.len() >= 64 && !refused.is_empty(),
         "{} held, {} refused",
         held.len(),
         refused.len()
