@@ -2,7 +2,7 @@
 //!
 //! [`MmioTransport`] holds the register file, the negotiated features, the
 //! device status and the split virtqueues ([`virtio_queue::Queue`]). vCPU
-//! threads drive it through [`MmioDevice`] register reads and writes; the
+//! threads drive it through [`BusDevice`] register reads and writes; the
 //! device's event loop locks the same object to process the queues and raise
 //! used-buffer interrupts through an irqfd.
 //!
@@ -17,7 +17,7 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::vm::MmioDevice;
+use crate::devices::bus::BusDevice;
 
 /// Register offsets (virtio 1.2 §4.2.2, table "MMIO Device Register Layout").
 pub mod reg {
@@ -328,7 +328,7 @@ impl MmioTransport {
     }
 }
 
-impl MmioDevice for MmioTransport {
+impl BusDevice for MmioTransport {
     fn read(&mut self, offset: u64, data: &mut [u8]) {
         data.fill(0);
         if offset >= reg::CONFIG {

@@ -19,8 +19,8 @@ use vmm_sys_util::eventfd::EventFd;
 use super::muxer::{Muxer, TOKEN_LISTENER};
 use super::packet::{op, Header, HDR_LEN, SHUTDOWN_RCV, SHUTDOWN_SEND, TYPE_STREAM};
 use super::{VsockBackend, DEVICE_ID, F_STREAM, QUEUE_MAX};
+use crate::devices::bus::BusDevice;
 use crate::devices::virtio::mmio::{reg, status, MmioTransport, F_VERSION_1, INT_USED_RING};
-use crate::vm::MmioDevice;
 
 const CID: u64 = 3;
 const QSIZE: u16 = 16;
