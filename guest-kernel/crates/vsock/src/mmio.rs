@@ -120,6 +120,16 @@ struct Queue {
     bufs: Vec<Option<Box<[u8]>>>,
 }
 
+impl Queue {
+    /// Posts `buf` as one device-writable buffer; the queue owns it until it is used.
+    fn post_writable(&mut self, buf: Box<[u8]>) -> Result<(), DriverError> {
+        let b = Buffer { addr: buf.as_ptr() as u64, len: buf.len() as u32, writable: true };
+        let head = self.q.add(&[b]).map_err(DriverError::Ring)?;
+        self.bufs[head as usize] = Some(buf);
+        Ok(())
+    }
+}
+
 /// The vsock device: transport, queues and the socket layer.
 pub struct VsockDevice<M: Mmio> {
     mmio: M,
@@ -192,13 +202,7 @@ impl<M: Mmio> VsockDevice<M> {
 
     /// Posts one device-writable buffer of `len` bytes on queue `idx`.
     fn post(&mut self, idx: u32, len: usize) -> Result<(), DriverError> {
-        let buf = vec![0u8; len].into_boxed_slice();
-        let q = self.queue(idx);
-        let head =
-            q.q.add(&[Buffer { addr: buf.as_ptr() as u64, len: len as u32, writable: true }])
-                .map_err(DriverError::Ring)?;
-        q.bufs[head as usize] = Some(buf);
-        Ok(())
+        self.queue(idx).post_writable(vec![0u8; len].into_boxed_slice())
     }
 
     /// True when every packet the socket layer queued has been handed to the device and the
@@ -230,16 +234,7 @@ impl<M: Mmio> VsockDevice<M> {
                     self.sockets.on_packet(&h, &buf[HDR_LEN..n]);
                 }
                 // Re-post the same buffer.
-                let head = self
-                    .rx
-                    .q
-                    .add(&[Buffer {
-                        addr: buf.as_ptr() as u64,
-                        len: buf.len() as u32,
-                        writable: true,
-                    }])
-                    .map_err(DriverError::Ring)?;
-                self.rx.bufs[head as usize] = Some(buf);
+                self.rx.post_writable(buf)?;
                 reposted = true;
             }
             progress = true;
@@ -252,16 +247,7 @@ impl<M: Mmio> VsockDevice<M> {
                     let cid = read_cid(&self.mmio);
                     self.sockets.reset_all(cid);
                 }
-                let head = self
-                    .event
-                    .q
-                    .add(&[Buffer {
-                        addr: buf.as_ptr() as u64,
-                        len: buf.len() as u32,
-                        writable: true,
-                    }])
-                    .map_err(DriverError::Ring)?;
-                self.event.bufs[head as usize] = Some(buf);
+                self.event.post_writable(buf)?;
             }
             progress = true;
         }
