@@ -1,6 +1,3 @@
-//! Ignored until guest-kernel has kore-demo's `conns=`/`vsock_mode=` modes and kore-rt's
-//! `run_until` fix (wip/vmm-guest-demo-serve.patch; all green with it: 50 x 20 MiB in 10-13 s).
-//!
 //! KVM integration tests of the vsock device with a real guest: kore-demo (guest-kernel/demo,
 //! `echo=PORT conns=N vsock_mode=...`) on Kore, driven from the host side of the hybrid vsock.
 //!
