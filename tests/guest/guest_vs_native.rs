@@ -8,7 +8,7 @@
 //! VMM's preload rate.
 //!
 //! A measurement, not a check: `#[ignore]`d, run it with
-//! `cargo test --release -p kore-boot-test --test guest_vs_native -- --ignored --nocapture`.
+//! `cargo build --release -p kore-launch && cargo test --release -p kore-e2e --features e2e --test guest_vs_native -- --ignored --nocapture`.
 //! Environment: `KORE_BENCH_PACK` (default the tiny pack), `KORE_BENCH_THREADS` (default: the
 //! host's cores), `KORE_BENCH_ROUNDS` (7), `KORE_BENCH_PROMPT` (128), `KORE_BENCH_DECODE` (128).
 //! Prints one JSON line per measurement and a summary line `guest/native ...`.

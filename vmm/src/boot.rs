@@ -150,23 +150,10 @@ fn memory_map(p: &BootParams<'_>) -> Vec<(u64, u64, MemKind)> {
             *cur = end;
         }
     };
-    if p.kernel.end > 0 {
-        push(
-            &mut m,
-            &mut cur,
-            p.kernel.start & !(HUGE_PAGE - 1),
-            up(p.kernel.end),
-            MemKind::Kernel,
-        );
-    }
-    if p.user_image.end > 0 {
-        push(
-            &mut m,
-            &mut cur,
-            p.user_image.start & !(HUGE_PAGE - 1),
-            up(p.user_image.end),
-            MemKind::UserImage,
-        );
+    for (image, kind) in [(p.kernel, MemKind::Kernel), (p.user_image, MemKind::UserImage)] {
+        if image.end > 0 {
+            push(&mut m, &mut cur, image.start & !(HUGE_PAGE - 1), up(image.end), kind);
+        }
     }
     let low_end = p.plan.low_end;
     // The rest of the user-image window is its own region, so that RAM from

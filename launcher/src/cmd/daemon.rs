@@ -14,10 +14,12 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use super::session::{self, Placement, Streams};
 use crate::appliance::{self, vm::SERVICE_PORT};
@@ -106,24 +108,6 @@ fn is_our_daemon(pid: u32) -> bool {
     is_launcher && args.contains(&&b"daemon"[..])
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_term(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-fn install_signal_handlers() {
-    // SAFETY: the handler only stores to an atomic; the sigaction struct is zeroed
-    // (empty mask, no flags) apart from the handler and lives across the calls.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_term as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-    }
-}
-
 /// Runs the daemon (hidden command `daemon`, started by `up`): serves until
 /// SIGTERM/SIGINT, then shuts the engine down and removes its files.
 pub fn run(args: DaemonArgs) -> Result<()> {
@@ -133,7 +117,11 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         move |source| LaunchError::Io { path, source }
     };
     std::fs::create_dir_all(&rt.dir).map_err(io(&rt.dir))?;
-    install_signal_handlers();
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [SIGTERM, SIGINT] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| LaunchError::Other(format!("cannot handle signal {sig}: {e}")))?;
+    }
     let placement = Placement { native: args.native, model: args.model.clone() };
     let backend = session::open_fresh(&placement)?;
     let _ = std::fs::remove_file(rt.socket());
@@ -151,7 +139,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     write_file(&rt.pid_file(), &format!("{}\n", std::process::id()))?;
     tracing::info!("serving {} on {}", backend.describe(), rt.socket().display());
     let mut next_port: u32 = 1 << 30;
-    while !STOP.load(Ordering::SeqCst) {
+    while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, _)) => match backend.streams() {
                 Ok(service) => {

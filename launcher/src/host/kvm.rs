@@ -1,10 +1,12 @@
 //! Probing `/dev/kvm`: present, openable, and answering `KVM_GET_API_VERSION`.
 
-use super::Sys;
-use std::os::fd::AsRawFd;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 
-/// `KVM_GET_API_VERSION` = `_IO(KVMIO, 0x00)` with KVMIO = 0xAE.
-const KVM_GET_API_VERSION: libc::c_ulong = 0xAE00;
+use kvm_ioctls::Kvm;
+
+use super::Sys;
+
 /// The only KVM API version Linux has ever reported.
 pub const KVM_API_VERSION: i32 = 12;
 
@@ -24,18 +26,18 @@ pub enum KvmProbe {
 /// Opens `/dev/kvm` (under the root of `sys`) and asks its API version.
 pub fn probe(sys: &dyn Sys) -> KvmProbe {
     let path = sys.locate("/dev/kvm");
-    let file = match std::fs::OpenOptions::new().read(true).write(true).open(&path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return KvmProbe::Missing,
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return KvmProbe::Denied,
+    let Ok(path) = CString::new(path.as_os_str().as_bytes()) else {
+        return KvmProbe::NotKvm("the path has a NUL byte".into());
+    };
+    let kvm = match Kvm::new_with_path(&path) {
+        Ok(kvm) => kvm,
+        Err(e) if e.errno() == libc::ENOENT => return KvmProbe::Missing,
+        Err(e) if e.errno() == libc::EACCES || e.errno() == libc::EPERM => return KvmProbe::Denied,
         Err(e) => return KvmProbe::NotKvm(e.to_string()),
     };
-    // SAFETY: KVM_GET_API_VERSION takes no argument and writes no memory; the
-    // descriptor is valid for the duration of the call (owned by `file`).
-    let version = unsafe { libc::ioctl(file.as_raw_fd(), KVM_GET_API_VERSION, 0) };
-    if version < 0 {
-        KvmProbe::NotKvm(std::io::Error::last_os_error().to_string())
-    } else {
-        KvmProbe::Api(version)
+    // `get_api_version` returns the raw ioctl result: negative with errno set.
+    match kvm.get_api_version() {
+        v if v < 0 => KvmProbe::NotKvm(std::io::Error::last_os_error().to_string()),
+        v => KvmProbe::Api(v),
     }
 }

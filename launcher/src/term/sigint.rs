@@ -6,25 +6,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static PENDING: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigint(_: libc::c_int) {
+extern "C" fn on_sigint(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // Only an atomic store: async-signal-safe.
     PENDING.store(true, Ordering::SeqCst);
 }
 
-/// Installs the handler (idempotent).
+/// Installs the handler (idempotent). `vmm-sys-util` installs it without
+/// `SA_RESTART` (unlike `signal-hook`), which the blocking read relies on.
 pub fn install() -> std::io::Result<()> {
-    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; we set
-    // a handler that only performs an atomic store, and pass valid pointers.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        sa.sa_flags = 0;
-        libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut()) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    vmm_sys_util::signal::register_signal_handler(libc::SIGINT, on_sigint)
+        .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))
 }
 
 /// True (once) if Ctrl-C was pressed since the last call.

@@ -10,6 +10,8 @@ use vm_superio::serial::NoEvents;
 use vm_superio::{Serial, Trigger};
 use vmm_sys_util::eventfd::EventFd;
 
+use super::bus::BusDevice;
+
 /// The last console lines, shared between the device and the VM handle.
 #[derive(Default)]
 pub struct ConsoleLog {
@@ -78,6 +80,22 @@ impl Trigger for IrqTrigger {
 
 /// The console device.
 pub type SerialDevice = Serial<IrqTrigger, NoEvents, Sink>;
+
+impl BusDevice for SerialDevice {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        data.fill(0xff);
+        if let (Some(b), Ok(reg)) = (data.first_mut(), u8::try_from(offset)) {
+            *b = Serial::read(self, reg);
+        }
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        let (Some(&b), Ok(reg)) = (data.first(), u8::try_from(offset)) else { return };
+        if let Err(e) = Serial::write(self, reg, b) {
+            tracing::warn!("serial write failed: {e:?}");
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

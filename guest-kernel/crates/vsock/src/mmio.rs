@@ -18,89 +18,24 @@ use kore_virtq::{Buffer, QueueAddrs, SplitQueue};
 use crate::proto::{Header, EVENT_TRANSPORT_RESET, HDR_LEN};
 use crate::socket::Vsock;
 
-/// Register offsets (virtio 1.2 §4.2.2).
-pub mod reg {
-    /// "virt".
-    pub const MAGIC: usize = 0x000;
-    /// 2 for the modern transport.
-    pub const VERSION: usize = 0x004;
-    /// 19 for vsock.
-    pub const DEVICE_ID: usize = 0x008;
-    /// Device features (32-bit window).
-    pub const DEVICE_FEATURES: usize = 0x010;
-    /// Selects the device feature window.
-    pub const DEVICE_FEATURES_SEL: usize = 0x014;
-    /// Driver features (32-bit window).
-    pub const DRIVER_FEATURES: usize = 0x020;
-    /// Selects the driver feature window.
-    pub const DRIVER_FEATURES_SEL: usize = 0x024;
-    /// Selects the queue the following registers address.
-    pub const QUEUE_SEL: usize = 0x030;
-    /// Largest queue size the device supports (0: no such queue).
-    pub const QUEUE_NUM_MAX: usize = 0x034;
-    /// Queue size the driver chose.
-    pub const QUEUE_NUM: usize = 0x038;
-    /// 1 once the queue is configured.
-    pub const QUEUE_READY: usize = 0x044;
-    /// Doorbell: write the queue index.
-    pub const QUEUE_NOTIFY: usize = 0x050;
-    /// Pending interrupt causes (bit 0 used buffer, bit 1 configuration change).
-    pub const INTERRUPT_STATUS: usize = 0x060;
-    /// Acknowledges interrupt causes.
-    pub const INTERRUPT_ACK: usize = 0x064;
-    /// Device status.
-    pub const STATUS: usize = 0x070;
-    /// Descriptor table address (low, high).
-    pub const QUEUE_DESC_LOW: usize = 0x080;
-    /// Descriptor table address, high half.
-    pub const QUEUE_DESC_HIGH: usize = 0x084;
-    /// Available ring address (low).
-    pub const QUEUE_DRIVER_LOW: usize = 0x090;
-    /// Available ring address (high).
-    pub const QUEUE_DRIVER_HIGH: usize = 0x094;
-    /// Used ring address (low).
-    pub const QUEUE_DEVICE_LOW: usize = 0x0a0;
-    /// Used ring address (high).
-    pub const QUEUE_DEVICE_HIGH: usize = 0x0a4;
-    /// Device configuration: for vsock, `guest_cid` (u64).
-    pub const CONFIG: usize = 0x100;
-}
+pub use kore_boot_abi::virtio::mmio::{reg, status, F_VERSION_1, MAGIC_VALUE};
+pub use kore_boot_abi::virtio::vsock::DEVICE_ID as VSOCK_DEVICE_ID;
 
-/// Device status bits.
-pub mod status {
-    /// The guest noticed the device.
-    pub const ACKNOWLEDGE: u32 = 1;
-    /// The guest has a driver.
-    pub const DRIVER: u32 = 2;
-    /// The driver is ready.
-    pub const DRIVER_OK: u32 = 4;
-    /// Feature negotiation is complete.
-    pub const FEATURES_OK: u32 = 8;
-    /// The driver gave up.
-    pub const FAILED: u32 = 128;
-}
-
-/// `"virt"` little-endian.
-pub const MAGIC_VALUE: u32 = 0x7472_6976;
-/// virtio device id of vsock.
-pub const VSOCK_DEVICE_ID: u32 = 19;
-/// `VIRTIO_F_VERSION_1` (feature bit 32).
-pub const F_VERSION_1: u64 = 1 << 32;
 /// Queue size this driver asks for (or the device maximum if smaller).
 pub const QUEUE_SIZE: u16 = 128;
 /// Bytes per receive buffer (header included).
 pub const RX_BUF_LEN: usize = 16 * 1024;
 
-const RX: u32 = 0;
-const TX: u32 = 1;
-const EVENT: u32 = 2;
+const RX: u32 = kore_boot_abi::virtio::vsock::RX_QUEUE;
+const TX: u32 = kore_boot_abi::virtio::vsock::TX_QUEUE;
+const EVENT: u32 = kore_boot_abi::virtio::vsock::EVENT_QUEUE;
 
 /// Access to a device's register window.
 pub trait Mmio {
     /// Reads a 32-bit register.
-    fn read32(&self, off: usize) -> u32;
+    fn read32(&self, off: u64) -> u32;
     /// Writes a 32-bit register.
-    fn write32(&self, off: usize, v: u32);
+    fn write32(&self, off: u64, v: u32);
 }
 
 /// Registers at a fixed (identity-mapped) address: the real device.
@@ -119,13 +54,15 @@ impl VolatileMmio {
 }
 
 impl Mmio for VolatileMmio {
-    fn read32(&self, off: usize) -> u32 {
+    fn read32(&self, off: u64) -> u32 {
+        debug_assert!(off < 4096 && off.is_multiple_of(4), "register offset {off:#x}");
         // SAFETY: `new`'s contract; offsets are register offsets inside the window.
-        unsafe { ((self.base + off) as *const u32).read_volatile() }
+        unsafe { ((self.base + off as usize) as *const u32).read_volatile() }
     }
-    fn write32(&self, off: usize, v: u32) {
+    fn write32(&self, off: u64, v: u32) {
+        debug_assert!(off < 4096 && off.is_multiple_of(4), "register offset {off:#x}");
         // SAFETY: as in `read32`.
-        unsafe { ((self.base + off) as *mut u32).write_volatile(v) }
+        unsafe { ((self.base + off as usize) as *mut u32).write_volatile(v) }
     }
 }
 
@@ -181,6 +118,16 @@ struct Queue {
     _mem: RingMem,
     /// Buffer owned by each in-flight chain, by head id.
     bufs: Vec<Option<Box<[u8]>>>,
+}
+
+impl Queue {
+    /// Posts `buf` as one device-writable buffer; the queue owns it until it is used.
+    fn post_writable(&mut self, buf: Box<[u8]>) -> Result<(), DriverError> {
+        let b = Buffer { addr: buf.as_ptr() as u64, len: buf.len() as u32, writable: true };
+        let head = self.q.add(&[b]).map_err(DriverError::Ring)?;
+        self.bufs[head as usize] = Some(buf);
+        Ok(())
+    }
 }
 
 /// The vsock device: transport, queues and the socket layer.
@@ -255,13 +202,7 @@ impl<M: Mmio> VsockDevice<M> {
 
     /// Posts one device-writable buffer of `len` bytes on queue `idx`.
     fn post(&mut self, idx: u32, len: usize) -> Result<(), DriverError> {
-        let buf = vec![0u8; len].into_boxed_slice();
-        let q = self.queue(idx);
-        let head =
-            q.q.add(&[Buffer { addr: buf.as_ptr() as u64, len: len as u32, writable: true }])
-                .map_err(DriverError::Ring)?;
-        q.bufs[head as usize] = Some(buf);
-        Ok(())
+        self.queue(idx).post_writable(vec![0u8; len].into_boxed_slice())
     }
 
     /// True when every packet the socket layer queued has been handed to the device and the
@@ -293,16 +234,7 @@ impl<M: Mmio> VsockDevice<M> {
                     self.sockets.on_packet(&h, &buf[HDR_LEN..n]);
                 }
                 // Re-post the same buffer.
-                let head = self
-                    .rx
-                    .q
-                    .add(&[Buffer {
-                        addr: buf.as_ptr() as u64,
-                        len: buf.len() as u32,
-                        writable: true,
-                    }])
-                    .map_err(DriverError::Ring)?;
-                self.rx.bufs[head as usize] = Some(buf);
+                self.rx.post_writable(buf)?;
                 reposted = true;
             }
             progress = true;
@@ -315,16 +247,7 @@ impl<M: Mmio> VsockDevice<M> {
                     let cid = read_cid(&self.mmio);
                     self.sockets.reset_all(cid);
                 }
-                let head = self
-                    .event
-                    .q
-                    .add(&[Buffer {
-                        addr: buf.as_ptr() as u64,
-                        len: buf.len() as u32,
-                        writable: true,
-                    }])
-                    .map_err(DriverError::Ring)?;
-                self.event.bufs[head as usize] = Some(buf);
+                self.event.post_writable(buf)?;
             }
             progress = true;
         }

@@ -292,15 +292,7 @@ impl Vsock {
     }
 
     fn reply_rst(&mut self, h: &Header) {
-        let hdr = Header {
-            src_cid: self.cid,
-            dst_cid: h.src_cid,
-            src_port: h.dst_port,
-            dst_port: h.src_port,
-            type_: TYPE_STREAM,
-            op: op::RST,
-            ..Header::default()
-        };
+        let hdr = h.rst_reply(self.cid);
         self.outbox.push_back(Packet { hdr, payload: Vec::new() });
     }
 

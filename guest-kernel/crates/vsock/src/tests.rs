@@ -219,7 +219,7 @@ fn set_hi(v: &mut u64, x: u32) {
 }
 
 impl Mmio for FakeMmio {
-    fn read32(&self, off: usize) -> u32 {
+    fn read32(&self, off: u64) -> u32 {
         let f = self.0.borrow();
         match off {
             reg::MAGIC => MAGIC_VALUE,
@@ -234,7 +234,7 @@ impl Mmio for FakeMmio {
             _ => 0,
         }
     }
-    fn write32(&self, off: usize, v: u32) {
+    fn write32(&self, off: u64, v: u32) {
         let mut f = self.0.borrow_mut();
         let q = f.queue_sel as usize % 3;
         match off {
@@ -397,7 +397,7 @@ fn driver_echoes_a_connection_end_to_end() {
 fn driver_rejects_wrong_devices() {
     struct Bad(u32, u32);
     impl Mmio for Bad {
-        fn read32(&self, off: usize) -> u32 {
+        fn read32(&self, off: u64) -> u32 {
             match off {
                 reg::MAGIC => MAGIC_VALUE,
                 reg::VERSION => self.0,
@@ -405,7 +405,7 @@ fn driver_rejects_wrong_devices() {
                 _ => 0,
             }
         }
-        fn write32(&self, _: usize, _: u32) {}
+        fn write32(&self, _: u64, _: u32) {}
     }
     use crate::mmio::DriverError;
     assert_eq!(VsockDevice::new(Bad(1, 19)).err(), Some(DriverError::BadVersion(1)));

@@ -2,7 +2,7 @@
 //!
 //! [`MmioTransport`] holds the register file, the negotiated features, the
 //! device status and the split virtqueues ([`virtio_queue::Queue`]). vCPU
-//! threads drive it through [`MmioDevice`] register reads and writes; the
+//! threads drive it through [`BusDevice`] register reads and writes; the
 //! device's event loop locks the same object to process the queues and raise
 //! used-buffer interrupts through an irqfd.
 //!
@@ -17,82 +17,10 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::vm::MmioDevice;
+use crate::devices::bus::BusDevice;
 
-/// Register offsets (virtio 1.2 §4.2.2, table "MMIO Device Register Layout").
-pub mod reg {
-    /// Magic value `"virt"`.
-    pub const MAGIC: u64 = 0x000;
-    /// Transport version (2).
-    pub const VERSION: u64 = 0x004;
-    /// Virtio device id.
-    pub const DEVICE_ID: u64 = 0x008;
-    /// Vendor id.
-    pub const VENDOR_ID: u64 = 0x00c;
-    /// Device features, 32 bits selected by [`DEVICE_FEATURES_SEL`].
-    pub const DEVICE_FEATURES: u64 = 0x010;
-    /// Device feature word selector.
-    pub const DEVICE_FEATURES_SEL: u64 = 0x014;
-    /// Driver features, 32 bits selected by [`DRIVER_FEATURES_SEL`].
-    pub const DRIVER_FEATURES: u64 = 0x020;
-    /// Driver feature word selector.
-    pub const DRIVER_FEATURES_SEL: u64 = 0x024;
-    /// Queue selector.
-    pub const QUEUE_SEL: u64 = 0x030;
-    /// Maximum size of the selected queue.
-    pub const QUEUE_NUM_MAX: u64 = 0x034;
-    /// Size of the selected queue.
-    pub const QUEUE_NUM: u64 = 0x038;
-    /// Ready bit of the selected queue.
-    pub const QUEUE_READY: u64 = 0x044;
-    /// Queue notifier (the doorbell, backed by an ioeventfd).
-    pub const QUEUE_NOTIFY: u64 = 0x050;
-    /// Interrupt status.
-    pub const INTERRUPT_STATUS: u64 = 0x060;
-    /// Interrupt acknowledge.
-    pub const INTERRUPT_ACK: u64 = 0x064;
-    /// Device status.
-    pub const STATUS: u64 = 0x070;
-    /// Descriptor table address, low 32 bits.
-    pub const QUEUE_DESC_LOW: u64 = 0x080;
-    /// Descriptor table address, high 32 bits.
-    pub const QUEUE_DESC_HIGH: u64 = 0x084;
-    /// Available ring address, low 32 bits.
-    pub const QUEUE_DRIVER_LOW: u64 = 0x090;
-    /// Available ring address, high 32 bits.
-    pub const QUEUE_DRIVER_HIGH: u64 = 0x094;
-    /// Used ring address, low 32 bits.
-    pub const QUEUE_DEVICE_LOW: u64 = 0x0a0;
-    /// Used ring address, high 32 bits.
-    pub const QUEUE_DEVICE_HIGH: u64 = 0x0a4;
-    /// Configuration atomicity value.
-    pub const CONFIG_GENERATION: u64 = 0x0fc;
-    /// Start of the device-specific configuration space.
-    pub const CONFIG: u64 = 0x100;
-}
+pub use kore_boot_abi::virtio::mmio::{reg, status, F_VERSION_1, INT_USED_RING, MAGIC_VALUE};
 
-/// Device status bits (virtio 1.2 §2.1).
-pub mod status {
-    /// The guest found the device.
-    pub const ACKNOWLEDGE: u32 = 1;
-    /// The guest has a driver for it.
-    pub const DRIVER: u32 = 2;
-    /// The driver is set up and the device may be used.
-    pub const DRIVER_OK: u32 = 4;
-    /// Feature negotiation is complete.
-    pub const FEATURES_OK: u32 = 8;
-    /// The device hit an error the driver must reset it from.
-    pub const DEVICE_NEEDS_RESET: u32 = 64;
-    /// The driver gave up on the device.
-    pub const FAILED: u32 = 128;
-}
-
-/// `"virt"` as a little-endian `u32`.
-pub const MAGIC_VALUE: u32 = 0x7472_6976;
-/// `VIRTIO_F_VERSION_1`: mandatory for the version 2 transport.
-pub const F_VERSION_1: u64 = 1 << 32;
-/// Interrupt status bit: the device used a buffer.
-pub const INT_USED_RING: u32 = 1;
 /// Our vendor id (`"KORE"`).
 pub const VENDOR: u32 = 0x4552_4f4b;
 
@@ -328,7 +256,7 @@ impl MmioTransport {
     }
 }
 
-impl MmioDevice for MmioTransport {
+impl BusDevice for MmioTransport {
     fn read(&mut self, offset: u64, data: &mut [u8]) {
         data.fill(0);
         if offset >= reg::CONFIG {

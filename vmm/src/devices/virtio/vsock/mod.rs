@@ -39,27 +39,20 @@ use self::muxer::Muxer;
 use self::packet::{op, Header, HDR_LEN, MAX_PKT_PAYLOAD};
 use super::mmio::MmioTransport;
 
-/// Virtio device id of vsock.
-pub const DEVICE_ID: u32 = 19;
-/// `VIRTIO_VSOCK_F_STREAM`.
-pub const F_STREAM: u64 = 1;
+pub use kore_boot_abi::virtio::vsock::{DEVICE_ID, EVENT_TRANSPORT_RESET, F_STREAM};
 /// Largest queue size offered for each queue.
 pub const QUEUE_MAX: u16 = 256;
 /// Receive queue index.
-pub const RXQ: usize = 0;
+pub const RXQ: usize = kore_boot_abi::virtio::vsock::RX_QUEUE as usize;
 /// Transmit queue index.
-pub const TXQ: usize = 1;
+pub const TXQ: usize = kore_boot_abi::virtio::vsock::TX_QUEUE as usize;
 /// Event queue index.
-pub const EVQ: usize = 2;
+pub const EVQ: usize = kore_boot_abi::virtio::vsock::EVENT_QUEUE as usize;
 
 const TOKEN_STOP: u64 = 0;
 const TOKEN_NOTIFY: u64 = 1;
 const TOKEN_WAKE: u64 = 2;
 const TOKEN_RESET: u64 = 4;
-
-/// `VIRTIO_VSOCK_EVENT_TRANSPORT_RESET` (virtio 1.2 §5.10.6.7): the driver must drop every
-/// connection and re-read the guest CID.
-pub const EVENT_TRANSPORT_RESET: u32 = 0;
 
 /// Errors setting the device up.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +84,7 @@ pub fn process_tx(q: &mut Queue, mem: &GuestMemoryMmap, mux: &mut Muxer) -> bool
         } else {
             match VsockPacket::from_tx_virtq_chain(mem, &mut chain, MAX_PKT_PAYLOAD) {
                 Ok(pkt) => {
-                    let h = Header::of(&pkt);
+                    let h = packet::header_of(&pkt);
                     tracing::trace!("vsock: from guest {h:?}");
                     match read_payload(&pkt, &h) {
                         Some(payload) => mux.on_guest_packet(&h, &payload),

@@ -316,15 +316,7 @@ impl Muxer {
         if h.op == op::RST || self.loose_rst.len() >= MAX_LOOSE_RST {
             return;
         }
-        self.loose_rst.push_back(Header {
-            src_cid: HOST_CID,
-            dst_cid: h.src_cid,
-            src_port: h.dst_port,
-            dst_port: h.src_port,
-            type_: TYPE_STREAM,
-            op: op::RST,
-            ..Header::default()
-        });
+        self.loose_rst.push_back(h.rst_reply(HOST_CID));
     }
 
     /// True if a packet for the guest is waiting.

@@ -1,7 +1,7 @@
 //! The boot ABI between the Kore VMM (`kore-vmm`) and the Kore guest kernel.
 //!
 //! This crate is `no_std`, has no dependencies and is shared by both sides. It
-//! fixes three things:
+//! fixes three things, plus the virtio wire both sides speak ([`virtio`]):
 //!
 //! 1. **The guest-physical layout** ([`layout`]): where the VMM puts page
 //!    tables, descriptor tables, per-CPU stacks, the [`BootInfo`] block, the
@@ -66,6 +66,7 @@
 pub mod entry;
 pub mod layout;
 pub mod ports;
+pub mod virtio;
 
 /// `BootInfo::magic`: the bytes `KOREBOOT` read as a little-endian `u64`.
 pub const BOOT_INFO_MAGIC: u64 = u64::from_le_bytes(*b"KOREBOOT");
