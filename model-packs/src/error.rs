@@ -1,7 +1,9 @@
 //! The one error type of this crate: every defect names the file (and the
 //! tensor, where there is one) and says what to do about it.
 
-use std::path::PathBuf;
+use kore_pack_format::manifest::ManifestError;
+use kore_pack_format::safetensors::HeaderError;
+use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong reading, writing, importing or verifying a pack.
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +135,33 @@ impl PackError {
     /// Builds a [`PackError::BadManifest`].
     pub fn manifest(file: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
         PackError::BadManifest { file: file.into(), reason: reason.into() }
+    }
+}
+
+impl PackError {
+    /// A format-crate safetensors error, attributed to `file`.
+    pub fn header(file: &Path, e: HeaderError) -> Self {
+        let file = file.to_path_buf();
+        match e {
+            HeaderError::Truncated { what, needed, actual } => {
+                PackError::Truncated { file, what, needed, actual }
+            }
+            HeaderError::BadHeader(reason) => PackError::BadHeader { file, reason },
+            HeaderError::BadTensor { tensor, reason } => {
+                PackError::BadTensor { file, tensor, reason }
+            }
+            HeaderError::Overlap { tensor, other } => PackError::Overlap { file, tensor, other },
+        }
+    }
+
+    /// A format-crate manifest error, attributed to `file`.
+    pub fn from_manifest(file: &Path, e: ManifestError) -> Self {
+        match e {
+            ManifestError::NewerFormat { found, supported } => {
+                PackError::NewerFormat { file: file.to_path_buf(), found, supported }
+            }
+            other => PackError::manifest(file, other.to_string()),
+        }
     }
 }
 

@@ -8,7 +8,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::manifest::Manifest;
 use crate::pack::{verify, Pack};
 use crate::progress::NoProgress;
 use crate::safetensors::{parse_header, HeaderLimits};
@@ -18,10 +17,10 @@ pub fn run(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else { return };
     match sel % 3 {
         0 => {
-            let _ = parse_header(Path::new("fuzz.safetensors"), rest, HeaderLimits::default());
+            let _ = parse_header(rest, HeaderLimits::default());
         }
         1 => {
-            let _ = Manifest::parse(Path::new("pack.toml"), &String::from_utf8_lossy(rest));
+            let _ = crate::manifest::parse(Path::new("pack.toml"), &String::from_utf8_lossy(rest));
         }
         _ => {
             let dir = case_dir();

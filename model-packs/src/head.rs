@@ -12,7 +12,7 @@
 //! token. The default ([`DEFAULT_HEAD`]) is chosen in docs/pack-format.md
 //! from the measured top-1 agreement with the bf16 head.
 
-use crate::config::{ExpectedTensor, LinearGroup, ModelConfig, TensorKind};
+use crate::config::{ExpectedTensor, LinearGroup, PackConfig, TensorKind};
 use crate::error::{PackError, Result};
 use crate::manifest::Scheme;
 use crate::output::WeightsWriter;
@@ -76,7 +76,7 @@ impl FromStr for HeadFormat {
 /// The tensors a pack must hold: the config's, plus a separate `lm_head`
 /// when the model is tied and `modules` lists a quantized head.
 pub fn expected_tensors(
-    config: &ModelConfig,
+    config: &PackConfig,
     modules: &BTreeMap<String, Scheme>,
 ) -> Vec<ExpectedTensor> {
     let mut v = config.expected_tensors();
@@ -87,7 +87,7 @@ pub fn expected_tensors(
 }
 
 /// The `lm_head.weight` entry of a tied model's separate head copy.
-pub fn separate_head(config: &ModelConfig) -> ExpectedTensor {
+pub fn separate_head(config: &PackConfig) -> ExpectedTensor {
     ExpectedTensor {
         name: format!("{LM_HEAD}.weight"),
         shape: vec![config.vocab_size, config.hidden_size],
@@ -138,7 +138,7 @@ pub(crate) fn write_q8(
     cols: usize,
     progress: &dyn Progress,
 ) -> Result<()> {
-    let size = src.dtype.size() as usize;
+    let size = src.dtype.size();
     let rows_per_chunk = (CHUNK_ELEMS / cols).max(1);
     let (mut q, mut scales) = (Vec::new(), Vec::new());
     w.begin(&format!("{module}.weight"))?;

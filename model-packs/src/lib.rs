@@ -28,7 +28,7 @@ pub mod progress;
 pub mod safetensors;
 pub mod synth;
 
-pub use config::ModelConfig;
+pub use config::PackConfig;
 pub use error::{PackError, Result};
 pub use manifest::Manifest;
 pub use pack::{LinearRef, Pack};

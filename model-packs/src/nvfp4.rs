@@ -22,74 +22,10 @@ use crate::error::{PackError, Result};
 /// Elements per block scale.
 pub const GROUP: usize = 16;
 
-/// E2M1 magnitudes of codes 0–7; bit 3 is the sign.
-pub const E2M1_VALUES: [f32; 16] =
-    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
-
-/// Rounding bounds between consecutive E2M1 magnitudes.
-const BOUNDS: [f32; 7] = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0];
-
-/// Largest finite E4M3 (`float8_e4m3fn`) value.
-pub const E4M3_MAX: f32 = 448.0;
-/// Largest E2M1 magnitude.
-pub const E2M1_MAX: f32 = 6.0;
-/// Smallest positive E4M3 value (a subnormal), the lower clamp for block scales.
-pub const E4M3_MIN_SUBNORMAL: f32 = 1.0 / 512.0;
-/// E4M3 encoding of 1.0.
-pub const E4M3_ONE: u8 = 0x38;
-
-/// Decodes an E4M3 (`float8_e4m3fn`) byte. `0x7f`/`0xff` are NaN.
-pub fn e4m3_to_f32(b: u8) -> f32 {
-    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
-    let exp = ((b >> 3) & 0xf) as i32;
-    let mant = (b & 7) as f32;
-    if exp == 15 && b & 7 == 7 {
-        return f32::NAN;
-    }
-    let mag = if exp == 0 { mant / 512.0 } else { (1.0 + mant / 8.0) * f32::powi(2.0, exp - 7) };
-    sign * mag
-}
-
-/// Encodes `x` as E4M3, rounding to nearest with ties to even and saturating
-/// at ±448 (NaN becomes `0x7f`).
-pub fn f32_to_e4m3(x: f32) -> u8 {
-    if x.is_nan() {
-        return 0x7f;
-    }
-    let sign: u8 = if x.is_sign_negative() { 0x80 } else { 0 };
-    let a = x.abs();
-    if a >= E4M3_MAX {
-        return sign | 0x7e;
-    }
-    if a < 1.0 / 64.0 {
-        // Subnormal range: multiples of 2^-9 (scaling by 512 is exact).
-        let n = (a * 512.0).round_ties_even() as u8; // 0..=8; 8 is the smallest normal, 0x08
-        return sign | n;
-    }
-    let e = ((a.to_bits() >> 23) & 0xff) as i32 - 127; // a is normal in f32 here
-    let m = a / f32::powi(2.0, e); // in [1, 2), exact
-    let mut mant = ((m - 1.0) * 8.0).round_ties_even() as i32; // exact scaling
-    let mut exp = e + 7;
-    if mant == 8 {
-        mant = 0;
-        exp += 1;
-    }
-    if exp > 15 || (exp == 15 && mant == 7) {
-        return sign | 0x7e;
-    }
-    sign | ((exp as u8) << 3) | mant as u8
-}
-
-/// The E2M1 code of an already scaled value, exactly as ModelOpt's cast:
-/// sign bit from `q < 0`, magnitude index = number of bounds below `|q|`,
-/// plus one at the odd bounds 0.75, 1.75 and 3.5 (so ties go to the even code).
-pub fn e2m1_code(q: f32) -> u8 {
-    let sign = u8::from(q < 0.0) << 3;
-    let a = q.abs();
-    let ord = BOUNDS.iter().filter(|&&b| b < a).count() as u8;
-    let tie_up = u8::from(a == 0.75 || a == 1.75 || a == 3.5);
-    sign + ord + tie_up
-}
+pub use kore_pack_format::fp::{
+    e2m1_code, e4m3_to_f32, f32_to_e4m3, E2M1_MAX, E2M1_VALUES, E4M3_MAX, E4M3_MIN_SUBNORMAL,
+    E4M3_ONE,
+};
 
 /// A quantized Linear weight in ModelOpt's layout.
 #[derive(Debug, Clone, PartialEq)]
@@ -197,54 +133,6 @@ pub fn dequantize_block(packed: &[u8], scale: u8, s2: f32, out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn e4m3_round_trips_every_finite_code() {
-        for b in 0u8..=255 {
-            let v = e4m3_to_f32(b);
-            if v.is_nan() {
-                assert!(b & 0x7f == 0x7f);
-                continue;
-            }
-            // -0.0 encodes with the sign bit; everything else maps back to itself.
-            assert_eq!(f32_to_e4m3(v), b, "code {b:#04x} value {v}");
-        }
-    }
-
-    #[test]
-    fn e4m3_rounds_to_nearest_even_and_saturates() {
-        // 1.0625 lies halfway between 1.0 (mantissa 0, even) and 1.125 (mantissa 1).
-        assert_eq!(f32_to_e4m3(1.0625), 0x38);
-        // 1.1875 lies halfway between 1.125 (odd) and 1.25 (even).
-        assert_eq!(e4m3_to_f32(f32_to_e4m3(1.1875)), 1.25);
-        // Subnormal halfway 1.5 * 2^-9 rounds to 2 * 2^-9.
-        assert_eq!(f32_to_e4m3(1.5 / 512.0), 2);
-        assert_eq!(f32_to_e4m3(1000.0), 0x7e);
-        assert_eq!(f32_to_e4m3(-1000.0), 0xfe);
-        assert_eq!(e4m3_to_f32(0x7e), 448.0);
-    }
-
-    #[test]
-    fn e2m1_ties_go_to_the_even_code() {
-        let cases = [
-            (0.25, 0),
-            (0.75, 2),
-            (1.25, 2),
-            (1.75, 4),
-            (2.5, 4),
-            (3.5, 6),
-            (5.0, 6),
-            (5.01, 7),
-            (100.0, 7),
-        ];
-        for (q, code) in cases {
-            assert_eq!(e2m1_code(q), code, "q = {q}");
-            assert_eq!(e2m1_code(-q), code | 8, "q = -{q}");
-        }
-        assert_eq!(e2m1_code(0.2), 0);
-        assert_eq!(e2m1_code(0.26), 1);
-        assert_eq!(e2m1_code(-0.0), 0);
-    }
 
     #[test]
     fn packing_puts_the_even_column_in_the_low_nibble() {

@@ -43,9 +43,9 @@ pub fn write_pack(
         TOKENIZER_FILE.to_string(),
         FileEntry { sha256: tok_digest, bytes: tokenizer.len() as u64 },
     );
-    let toml = manifest.to_toml()?;
+    let toml = crate::manifest::to_toml(&manifest)?;
     // Validate the manifest text before anything replaces an existing pack.
-    Manifest::parse(&dir.join(MANIFEST_FILE), &toml)?;
+    crate::manifest::parse(&dir.join(MANIFEST_FILE), &toml)?;
     let tmp_tok = dir.join(format!("{TOKENIZER_FILE}.partial"));
     write_file(&tmp_tok, tokenizer)?;
     let tmp_manifest = dir.join(format!("{MANIFEST_FILE}.partial"));

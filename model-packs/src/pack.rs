@@ -5,12 +5,12 @@
 //! dtype and shape against the config. [`verify`] also hashes every file,
 //! checks the tokenizer and scans NVFP4 scales.
 
-use crate::config::{ExpectedTensor, ModelConfig, TensorKind};
+use crate::config::{ExpectedTensor, PackConfig, TensorKind};
 use crate::error::{PackError, Result};
 use crate::manifest::{Manifest, Scheme, MANIFEST_FILE, WEIGHTS_FILE};
 use crate::nvfp4::GROUP;
 use crate::progress::Progress;
-use crate::safetensors::{Dtype, SafetensorsFile, SafetensorsHeader, TensorRef, PAD_PREFIX};
+use crate::safetensors::{DType, SafetensorsFile, SafetensorsHeader, TensorRef, PAD_PREFIX};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::io::Read;
@@ -22,7 +22,6 @@ pub struct Pack {
     dir: PathBuf,
     manifest: Manifest,
     weights: SafetensorsFile,
-    shapes: std::collections::HashMap<String, Vec<usize>>,
 }
 
 /// A Linear weight as stored: plain floats or NVFP4.
@@ -53,7 +52,7 @@ impl Pack {
     /// reading the weights through a file mapping.
     pub fn open(dir: impl AsRef<Path>) -> Result<Pack> {
         let dir = dir.as_ref().to_path_buf();
-        let manifest = Manifest::load(&dir)?;
+        let manifest = crate::manifest::load(&dir)?;
         let wpath = dir.join(WEIGHTS_FILE);
         let weights = SafetensorsFile::open(&wpath)?;
         check_tensors(&wpath, &manifest, weights.header())?;
@@ -64,13 +63,7 @@ impl Pack {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "tokenizer file is missing"),
             ));
         }
-        let shapes = weights
-            .header()
-            .tensors
-            .iter()
-            .map(|t| (t.name.clone(), t.shape.iter().map(|&d| d as usize).collect()))
-            .collect();
-        Ok(Pack { dir, manifest, weights, shapes })
+        Ok(Pack { dir, manifest, weights })
     }
 
     /// [`Pack::open`], then the weights copied into hugepage-backed memory (as
@@ -99,7 +92,7 @@ impl Pack {
     }
 
     /// The model configuration.
-    pub fn config(&self) -> &ModelConfig {
+    pub fn config(&self) -> &PackConfig {
         &self.manifest.config
     }
 
@@ -111,11 +104,6 @@ impl Pack {
     /// The mapped weights file.
     pub fn weights(&self) -> &SafetensorsFile {
         &self.weights
-    }
-
-    /// A tensor's shape as `usize` (what the engine's views borrow).
-    pub(crate) fn shape_usize(&self, name: &str) -> Option<&[usize]> {
-        self.shapes.get(name).map(Vec::as_slice)
     }
 
     /// A raw tensor view by name.
@@ -158,7 +146,7 @@ pub struct VerifyReport {
 /// Fully verifies the pack in `dir`: manifest, sizes, structure, checksums,
 /// tokenizer and NVFP4 scales. Any defect is an error.
 pub fn verify(dir: &Path, progress: &dyn Progress) -> Result<VerifyReport> {
-    let manifest = Manifest::load(dir)?;
+    let manifest = crate::manifest::load(dir)?;
     for (name, entry) in &manifest.files {
         let path = dir.join(name);
         let len = std::fs::metadata(&path).map_err(|e| PackError::io(&path, e))?.len();
@@ -322,7 +310,7 @@ fn check_plain(file: &Path, header: &SafetensorsHeader, e: &ExpectedTensor) -> R
         file: file.to_path_buf(),
         tensor: e.name.clone(),
     })?;
-    if !matches!(t.dtype, Dtype::F32 | Dtype::BF16 | Dtype::F16) {
+    if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16) {
         return Err(PackError::BadTensor {
             file: file.to_path_buf(),
             tensor: e.name.clone(),
@@ -360,11 +348,11 @@ fn check_nvfp4(
             ),
         });
     }
-    let parts: [(&str, Dtype, Vec<u64>, bool); 4] = [
-        ("weight", Dtype::U8, vec![n, k / 2], true),
-        ("weight_scale", Dtype::F8E4M3, vec![n, k / GROUP as u64], true),
-        ("weight_scale_2", Dtype::F32, vec![], true),
-        ("input_scale", Dtype::F32, vec![], false),
+    let parts: [(&str, DType, Vec<u64>, bool); 4] = [
+        ("weight", DType::U8, vec![n, k / 2], true),
+        ("weight_scale", DType::F8E4M3, vec![n, k / GROUP as u64], true),
+        ("weight_scale_2", DType::F32, vec![], true),
+        ("input_scale", DType::F32, vec![], false),
     ];
     for (suffix, dtype, shape, required) in parts {
         let name = format!("{module}.{suffix}");
@@ -411,7 +399,7 @@ fn check_q8(
         });
     }
     for (suffix, dtype, shape) in
-        [("weight", Dtype::I8, vec![n, k]), ("weight_scale", Dtype::F16, vec![n, k / group])]
+        [("weight", DType::I8, vec![n, k]), ("weight_scale", DType::F16, vec![n, k / group])]
     {
         let name = format!("{module}.{suffix}");
         let t = header.get(&name).ok_or_else(|| PackError::MissingTensor {

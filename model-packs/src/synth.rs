@@ -15,7 +15,7 @@
 //! The output head follows `--head` ([`crate::head`]): `q8` heads are random
 //! int8 with F16 block scales of the embedding's magnitude.
 
-use crate::config::{LayerType, ModelConfig, TensorKind, ARCHITECTURE};
+use crate::config::{LayerType, PackConfig, TensorKind, ARCHITECTURE};
 use crate::error::{PackError, Result};
 use crate::head::{HeadFormat, LM_HEAD, Q8_GROUP};
 use crate::manifest::{
@@ -25,7 +25,7 @@ use crate::nvfp4::GROUP;
 use crate::output::{write_pack, WeightsWriter};
 use crate::pack::Pack;
 use crate::progress::Progress;
-use crate::safetensors::{Dtype, TensorSpec};
+use crate::safetensors::{DType, TensorSpec};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -43,7 +43,7 @@ pub const QWEN35_SPECIALS: [(u64, &str); 5] = [
 ];
 
 /// The published configuration of a Qwen3.5 dense model.
-pub fn preset(name: &str) -> Result<ModelConfig> {
+pub fn preset(name: &str) -> Result<PackConfig> {
     // (hidden, layers, intermediate, heads, kv heads, linear value heads, tied)
     let (h, layers, inter, heads, kv, lv, tied) = match name {
         "qwen3.5-0.8b" => (1024, 24, 3584, 8, 2, 16, true),
@@ -68,7 +68,7 @@ pub fn preset(name: &str) -> Result<ModelConfig> {
                 }
             })
             .collect();
-    Ok(ModelConfig {
+    Ok(PackConfig {
         vocab_size: 248320,
         hidden_size: h,
         intermediate_size: inter,
@@ -110,7 +110,7 @@ pub fn synth(
 /// shapes): an untied head as NVFP4, a tied one as the embedding.
 pub fn synth_config(
     name: &str,
-    config: ModelConfig,
+    config: PackConfig,
     out: &Path,
     seed: u64,
     progress: &dyn Progress,
@@ -122,13 +122,13 @@ pub fn synth_config(
 /// [`synth_config`] does).
 pub fn synth_config_with(
     name: &str,
-    config: ModelConfig,
+    config: PackConfig,
     out: &Path,
     seed: u64,
     head: Option<HeadFormat>,
     progress: &dyn Progress,
 ) -> Result<Pack> {
-    config.validate(Path::new(name))?;
+    config.validate().map_err(|e| PackError::from_manifest(Path::new(name), e))?;
     let mut expected = config.expected_tensors();
     let separate = matches!(head, Some(HeadFormat::Q8 | HeadFormat::Nvfp4));
     if config.tie_word_embeddings && separate {
@@ -144,38 +144,38 @@ pub fn synth_config_with(
                 if is_head && head == Some(HeadFormat::Q8) && e.shape[1] % Q8_GROUP as u64 == 0 =>
             {
                 let (n, k) = (e.shape[0], e.shape[1]);
-                specs.push(TensorSpec::new(format!("{m}.weight"), Dtype::I8, vec![n, k]));
+                specs.push(TensorSpec::new(format!("{m}.weight"), DType::I8, vec![n, k]));
                 specs.push(TensorSpec::new(
                     format!("{m}.weight_scale"),
-                    Dtype::F16,
+                    DType::F16,
                     vec![n, k / Q8_GROUP as u64],
                 ));
                 modules.insert(m.to_string(), Scheme::Q8);
                 jobs.push(Job::Q8 { module: m.to_string(), n, k });
             }
             (TensorKind::Linear(_), _) if is_head && head == Some(HeadFormat::Bf16) => {
-                specs.push(TensorSpec::new(e.name.clone(), Dtype::BF16, e.shape.clone()));
+                specs.push(TensorSpec::new(e.name.clone(), DType::BF16, e.shape.clone()));
                 let numel = e.shape.iter().product();
                 let init = init_for(&e.name, e.kind);
-                jobs.push(Job::Plain { name: e.name.clone(), dtype: Dtype::BF16, numel, init });
+                jobs.push(Job::Plain { name: e.name.clone(), dtype: DType::BF16, numel, init });
             }
             (TensorKind::Linear(_), Some(m)) if e.shape[1] % GROUP as u64 == 0 => {
                 let (n, k) = (e.shape[0], e.shape[1]);
-                specs.push(TensorSpec::new(format!("{m}.weight"), Dtype::U8, vec![n, k / 2]));
+                specs.push(TensorSpec::new(format!("{m}.weight"), DType::U8, vec![n, k / 2]));
                 specs.push(TensorSpec::new(
                     format!("{m}.weight_scale"),
-                    Dtype::F8E4M3,
+                    DType::F8E4M3,
                     vec![n, k / GROUP as u64],
                 ));
-                specs.push(TensorSpec::new(format!("{m}.weight_scale_2"), Dtype::F32, vec![]));
+                specs.push(TensorSpec::new(format!("{m}.weight_scale_2"), DType::F32, vec![]));
                 modules.insert(m.to_string(), Scheme::Nvfp4);
                 jobs.push(Job::Nvfp4 { module: m.to_string(), n, k });
             }
             (kind, _) => {
                 let dtype = if matches!(kind, TensorKind::Embedding | TensorKind::Linear(_)) {
-                    Dtype::BF16
+                    DType::BF16
                 } else {
-                    Dtype::F32
+                    DType::F32
                 };
                 specs.push(TensorSpec::new(e.name.clone(), dtype, e.shape.clone()));
                 let numel = e.shape.iter().product();
@@ -242,7 +242,7 @@ fn init_for(name: &str, kind: TensorKind) -> Init {
 enum Job {
     Nvfp4 { module: String, n: u64, k: u64 },
     Q8 { module: String, n: u64, k: u64 },
-    Plain { name: String, dtype: Dtype, numel: u64, init: Init },
+    Plain { name: String, dtype: DType, numel: u64, init: Init },
 }
 
 const CHUNK: usize = 1 << 20;
@@ -281,7 +281,7 @@ fn write_job(
         }
         Job::Plain { name, dtype, numel, init } => {
             w.begin(name)?;
-            let size = dtype.size() as usize;
+            let size = dtype.size();
             stream(w, numel * size as u64, &mut buf, progress, |b| {
                 for e in b.chunks_exact_mut(size) {
                     let v = rng.sample(*init);

@@ -12,8 +12,8 @@ use kore_pack::manifest::Scheme;
 use kore_pack::pack::verify;
 use kore_pack::{LinearRef, NoProgress, Pack};
 
-fn tied() -> kore_pack::ModelConfig {
-    kore_pack::ModelConfig { tie_word_embeddings: true, ..tiny_config() }
+fn tied() -> kore_pack::PackConfig {
+    kore_pack::PackConfig { tie_word_embeddings: true, ..tiny_config() }
 }
 
 #[test]

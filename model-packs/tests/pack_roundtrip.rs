@@ -8,7 +8,7 @@ use kore_pack::import::{import, ImportOptions, QuantMode};
 use kore_pack::manifest::Scheme;
 use kore_pack::nvfp4;
 use kore_pack::pack::verify;
-use kore_pack::safetensors::{Dtype, TensorSpec};
+use kore_pack::safetensors::{DType, TensorSpec};
 use kore_pack::{LinearRef, NoProgress, Pack};
 
 fn logits_of(model: &kore_engine::Model<'_>, tokens: &[u32]) -> Vec<f32> {
@@ -123,7 +123,7 @@ fn nvfp4_import_quantizes_exactly_and_stays_close() {
             }
             _ => values.iter().find(|(n, _)| n == &e.name).unwrap().1.clone(),
         };
-        specs.push(TensorSpec::new(e.name.clone(), Dtype::F32, e.shape.clone()));
+        specs.push(TensorSpec::new(e.name.clone(), DType::F32, e.shape.clone()));
         data.push(vals.iter().flat_map(|v| v.to_le_bytes()).collect());
     }
     write_safetensors(&deq.join("model.safetensors"), &specs, &data, 1);
@@ -178,23 +178,23 @@ fn modelopt_checkpoint_is_imported_as_is() {
             let hm = hf_name.strip_suffix(".weight").unwrap().to_string();
             specs.push(TensorSpec::new(
                 format!("{hm}.weight"),
-                Dtype::U8,
+                DType::U8,
                 vec![e.shape[0], e.shape[1] / 2],
             ));
             data.push(q.weight.clone());
             specs.push(TensorSpec::new(
                 format!("{hm}.weight_scale"),
-                Dtype::F8E4M3,
+                DType::F8E4M3,
                 vec![e.shape[0], e.shape[1] / 16],
             ));
             data.push(q.weight_scale.clone());
-            specs.push(TensorSpec::new(format!("{hm}.weight_scale_2"), Dtype::F32, vec![]));
+            specs.push(TensorSpec::new(format!("{hm}.weight_scale_2"), DType::F32, vec![]));
             data.push(q.weight_scale_2.to_le_bytes().to_vec());
-            specs.push(TensorSpec::new(format!("{hm}.input_scale"), Dtype::F32, vec![1]));
+            specs.push(TensorSpec::new(format!("{hm}.input_scale"), DType::F32, vec![1]));
             data.push(0.5f32.to_le_bytes().to_vec());
             expected.push((m.to_string(), q));
         } else {
-            specs.push(TensorSpec::new(hf_name, Dtype::BF16, e.shape.clone()));
+            specs.push(TensorSpec::new(hf_name, DType::BF16, e.shape.clone()));
             data.push(
                 vals.iter()
                     .flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes())
@@ -204,7 +204,7 @@ fn modelopt_checkpoint_is_imported_as_is() {
     }
     specs.push(TensorSpec::new(
         "model.language_model.layers.3.self_attn.k_scale",
-        Dtype::F32,
+        DType::F32,
         vec![],
     ));
     data.push(1.0f32.to_le_bytes().to_vec());

@@ -1,7 +1,7 @@
 //! The strict safetensors parser rejects every malformed header with a typed
 //! error naming the file and tensor; the writer's output is standard.
 
-use kore_pack::safetensors::{parse_header, Dtype, HeaderLimits, SafetensorsWriter, TensorSpec};
+use kore_pack::safetensors::{parse_header, DType, HeaderLimits, SafetensorsWriter, TensorSpec};
 use kore_pack::PackError;
 use std::path::Path;
 
@@ -13,14 +13,15 @@ fn file(header: &str, data_len: usize) -> Vec<u8> {
 }
 
 fn parse(bytes: &[u8]) -> Result<(), PackError> {
-    parse_header(Path::new("w.safetensors"), bytes, HeaderLimits::default()).map(|_| ())
+    let file = Path::new("w.safetensors");
+    parse_header(bytes, HeaderLimits::default()).map(|_| ()).map_err(|e| PackError::header(file, e))
 }
 
 const GOOD: &str = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"BF16","shape":[2,2],"data_offsets":[8,16]}}"#;
 
 #[test]
 fn accepts_a_good_file() {
-    let h = parse_header(Path::new("x"), &file(GOOD, 16), HeaderLimits::default()).unwrap();
+    let h = parse_header(&file(GOOD, 16), HeaderLimits::default()).unwrap();
     assert_eq!(h.tensors.len(), 2);
     assert_eq!(h.get("b").unwrap().shape, vec![2, 2]);
 }
@@ -99,9 +100,9 @@ fn malformed_headers_are_rejected() {
 #[test]
 fn writer_aligns_every_tensor_and_the_official_parser_accepts_it() {
     let specs = vec![
-        TensorSpec::new("s", Dtype::F32, vec![]),
-        TensorSpec::new("w", Dtype::U8, vec![3, 5]),
-        TensorSpec::new("b", Dtype::BF16, vec![7]),
+        TensorSpec::new("s", DType::F32, vec![]),
+        TensorSpec::new("w", DType::U8, vec![3, 5]),
+        TensorSpec::new("b", DType::BF16, vec![7]),
     ];
     let mut w = SafetensorsWriter::new(
         Vec::new(),
@@ -117,7 +118,7 @@ fn writer_aligns_every_tensor_and_the_official_parser_accepts_it() {
     let (bytes, digest, len) = w.finish().unwrap();
     assert_eq!(len as usize, bytes.len());
     assert_eq!(digest.len(), 64);
-    let h = parse_header(Path::new("mem"), &bytes, HeaderLimits::default()).unwrap();
+    let h = parse_header(&bytes, HeaderLimits::default()).unwrap();
     for name in ["s", "w", "b"] {
         assert_eq!((h.data_start + h.get(name).unwrap().start) % 64, 0, "{name}");
     }
@@ -130,12 +131,12 @@ fn writer_aligns_every_tensor_and_the_official_parser_accepts_it() {
 #[test]
 fn writer_rejects_misuse() {
     let specs =
-        vec![TensorSpec::new("a", Dtype::U8, vec![4]), TensorSpec::new("b", Dtype::U8, vec![4])];
+        vec![TensorSpec::new("a", DType::U8, vec![4]), TensorSpec::new("b", DType::U8, vec![4])];
     let mut w = SafetensorsWriter::new(Vec::new(), Path::new("mem"), &specs, 64, &[]).unwrap();
     assert!(w.begin("b").is_err());
     w.begin("a").unwrap();
     assert!(w.write(&[0; 5]).is_err());
     let dup =
-        vec![TensorSpec::new("a", Dtype::U8, vec![1]), TensorSpec::new("a", Dtype::U8, vec![1])];
+        vec![TensorSpec::new("a", DType::U8, vec![1]), TensorSpec::new("a", DType::U8, vec![1])];
     assert!(SafetensorsWriter::new(Vec::new(), Path::new("mem"), &dup, 64, &[]).is_err());
 }

@@ -13,7 +13,7 @@ use memmap2::Mmap;
 
 use crate::config::{ConfigError, ModelConfig};
 use crate::model::{LoadError, Model};
-use crate::safetensors::{parse_header, view_of, Entry, SafetensorsError};
+use crate::safetensors::{HeaderError, TensorIndex};
 use crate::tensor::{TensorSource, TensorView};
 
 /// What went wrong opening a Hugging Face model directory.
@@ -42,7 +42,7 @@ pub enum HfError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        source: SafetensorsError,
+        source: HeaderError,
     },
     /// `model.safetensors.index.json` is malformed or disagrees with the shards.
     Index {
@@ -93,8 +93,8 @@ impl std::error::Error for HfError {}
 /// One memory-mapped safetensors file.
 struct Shard {
     path: PathBuf,
-    map: Option<Mmap>,
-    entries: BTreeMap<String, Entry>,
+    map: Mmap,
+    index: TensorIndex,
 }
 
 impl Shard {
@@ -103,19 +103,21 @@ impl Shard {
         let file = File::open(&path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len < 8 {
-            return Err(HfError::Safetensors { path, source: SafetensorsError::TooShort });
+            let what = "the 8-byte header length".into();
+            let source = HeaderError::Truncated { what, needed: 8, actual: len };
+            return Err(HfError::Safetensors { path, source });
         }
         // SAFETY: the file is mapped read-only and we never write through the
         // map; as with any mmap, the user must not truncate or rewrite the
         // model files while the process runs (documented on `HfModelDir`).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let entries = parse_header(&map)
+        let index = TensorIndex::parse(&map)
             .map_err(|source| HfError::Safetensors { path: path.clone(), source })?;
-        Ok(Shard { path, map: Some(map), entries })
+        Ok(Shard { path, map, index })
     }
 
-    fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or(&[])
+    fn contains(&self, name: &str) -> bool {
+        self.index.header().get(name).is_some()
     }
 }
 
@@ -162,7 +164,7 @@ impl HfModelDir {
         let shards = open_shards(dir)?;
         let mut index: BTreeMap<String, (usize, String)> = BTreeMap::new();
         for (i, shard) in shards.iter().enumerate() {
-            for name in shard.entries.keys() {
+            for name in shard.index.names() {
                 let Some(c) = canonical(name) else { continue };
                 if let Some((j, other)) = index.get(&c) {
                     let files = (
@@ -171,7 +173,7 @@ impl HfModelDir {
                     );
                     return Err(HfError::DuplicateTensor { name: c, files });
                 }
-                index.insert(c, (i, name.clone()));
+                index.insert(c, (i, name.to_string()));
             }
         }
         Ok(HfModelDir { dir: dir.to_path_buf(), config_path, config_bytes, shards, index })
@@ -209,7 +211,7 @@ impl TensorSource for HfModelDir {
     fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
         let (i, orig) = self.index.get(name)?;
         let shard = &self.shards[*i];
-        Some(view_of(shard.bytes(), &shard.entries[orig]))
+        shard.index.view(&shard.map, orig)
     }
 
     fn location(&self, name: &str) -> String {
@@ -289,7 +291,7 @@ fn open_indexed(dir: &Path, index_path: &Path) -> Result<Vec<Shard>, HfError> {
     for (tensor, file) in map {
         let file = file.as_str().unwrap_or_default();
         let pos = files.iter().position(|f| f == file).unwrap_or(0);
-        if !shards[pos].entries.contains_key(tensor) {
+        if !shards[pos].contains(tensor) {
             return Err(bad(format!(
                 "weight_map puts `{tensor}` in {file}, but that file does not contain it"
             )));

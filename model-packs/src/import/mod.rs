@@ -19,7 +19,7 @@ use crate::manifest::{Manifest, Quantization, Scheme, TokenizerEntry, ALIGNMENT,
 use crate::nvfp4::{self, E4M3_ONE, GROUP};
 use crate::output::{write_pack, WeightsWriter};
 use crate::progress::Progress;
-use crate::safetensors::{to_f32, Dtype, TensorRef, TensorSpec};
+use crate::safetensors::{to_f32, DType, TensorRef, TensorSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
@@ -103,7 +103,7 @@ pub struct ImportSummary {
 }
 
 enum Action<'a> {
-    Plain { name: String, src: TensorRef<'a>, out: Dtype },
+    Plain { name: String, src: TensorRef<'a>, out: DType },
     Quantize { module: String, src: TensorRef<'a>, rows: u64, cols: u64 },
     QuantizeQ8 { module: String, src: TensorRef<'a>, rows: u64, cols: u64 },
     Copy { module: String, parts: Vec<(String, TensorRef<'a>)> },
@@ -163,10 +163,10 @@ fn plan<'a>(
 ) -> Result<Action<'a>> {
     if let (Some(module), TensorKind::Linear(group)) = (e.module(), e.kind) {
         let src = ck.get(&e.name);
-        if module == LM_HEAD && src.is_none_or(|t| t.dtype != Dtype::U8) {
+        if module == LM_HEAD && src.is_none_or(|t| t.dtype != DType::U8) {
             return plan_head(ck, e, opts, used);
         }
-        if src.is_some_and(|t| t.dtype == Dtype::U8) {
+        if src.is_some_and(|t| t.dtype == DType::U8) {
             return plan_copy(ck, e, module, used);
         }
         let (rows, cols) = (e.shape[0], e.shape[1]);
@@ -181,12 +181,12 @@ fn plan<'a>(
     let out = match e.kind {
         TensorKind::Linear(_) | TensorKind::Embedding if opts.quant == QuantMode::Keep => {
             match src.dtype {
-                Dtype::F32 | Dtype::BF16 | Dtype::F16 => src.dtype,
-                _ => Dtype::F32,
+                DType::F32 | DType::BF16 | DType::F16 => src.dtype,
+                _ => DType::F32,
             }
         }
-        TensorKind::Linear(_) | TensorKind::Embedding => Dtype::BF16,
-        TensorKind::Norm | TensorKind::Conv | TensorKind::Param => Dtype::F32,
+        TensorKind::Linear(_) | TensorKind::Embedding => DType::BF16,
+        TensorKind::Norm | TensorKind::Conv | TensorKind::Param => DType::F32,
     };
     Ok(Action::Plain { name: e.name.clone(), src, out })
 }
@@ -209,8 +209,8 @@ fn plan_head<'a>(
     let kept = opts.keep.iter().any(|g| glob_match(g, LM_HEAD));
     // An unquantized head is BF16, or with `QuantMode::Keep` the checkpoint's own dtype.
     let plain = match src.dtype {
-        Dtype::F32 | Dtype::F16 if opts.quant == QuantMode::Keep => src.dtype,
-        _ => Dtype::BF16,
+        DType::F32 | DType::F16 if opts.quant == QuantMode::Keep => src.dtype,
+        _ => DType::BF16,
     };
     Ok(match opts.head_format() {
         _ if kept || ck.modelopt => Action::Plain { name: e.name.clone(), src, out: plain },
@@ -266,11 +266,11 @@ fn plan_copy<'a>(
         });
     }
     let (n, k) = (e.shape[0], e.shape[1]);
-    let specs: [(&str, Dtype, Vec<u64>, bool); 4] = [
-        ("weight", Dtype::U8, vec![n, k / 2], true),
-        ("weight_scale", Dtype::F8E4M3, vec![n, k / GROUP as u64], true),
-        ("weight_scale_2", Dtype::F32, vec![], true),
-        ("input_scale", Dtype::F32, vec![], false),
+    let specs: [(&str, DType, Vec<u64>, bool); 4] = [
+        ("weight", DType::U8, vec![n, k / 2], true),
+        ("weight_scale", DType::F8E4M3, vec![n, k / GROUP as u64], true),
+        ("weight_scale_2", DType::F32, vec![], true),
+        ("input_scale", DType::F32, vec![], false),
     ];
     let mut parts = Vec::new();
     for (suffix, dtype, shape, required) in specs {
@@ -308,34 +308,34 @@ fn specs_of(actions: &[Action<'_>]) -> (Vec<TensorSpec>, BTreeMap<String, Scheme
             Action::Quantize { module, rows, cols, .. } => {
                 specs.push(TensorSpec::new(
                     format!("{module}.weight"),
-                    Dtype::U8,
+                    DType::U8,
                     vec![*rows, cols / 2],
                 ));
                 specs.push(TensorSpec::new(
                     format!("{module}.weight_scale"),
-                    Dtype::F8E4M3,
+                    DType::F8E4M3,
                     vec![*rows, cols / GROUP as u64],
                 ));
-                specs.push(TensorSpec::new(format!("{module}.weight_scale_2"), Dtype::F32, vec![]));
+                specs.push(TensorSpec::new(format!("{module}.weight_scale_2"), DType::F32, vec![]));
                 modules.insert(module.clone(), Scheme::Nvfp4);
             }
             Action::QuantizeQ8 { module, rows, cols, .. } => {
                 specs.push(TensorSpec::new(
                     format!("{module}.weight"),
-                    Dtype::I8,
+                    DType::I8,
                     vec![*rows, *cols],
                 ));
                 let blocks = cols / crate::head::Q8_GROUP as u64;
                 specs.push(TensorSpec::new(
                     format!("{module}.weight_scale"),
-                    Dtype::F16,
+                    DType::F16,
                     vec![*rows, blocks],
                 ));
                 modules.insert(module.clone(), Scheme::Q8);
             }
             Action::Copy { module, parts } => {
                 for (name, t) in parts {
-                    let shape = if t.dtype == Dtype::F32 { vec![] } else { t.shape.to_vec() };
+                    let shape = if t.dtype == DType::F32 { vec![] } else { t.shape.to_vec() };
                     specs.push(TensorSpec::new(name.clone(), t.dtype, shape));
                 }
                 modules.insert(module.clone(), Scheme::Nvfp4);
@@ -432,11 +432,11 @@ fn write_plain(
     w: &mut WeightsWriter,
     name: &str,
     src: &TensorRef<'_>,
-    out: Dtype,
+    out: DType,
     progress: &dyn Progress,
 ) -> Result<()> {
     w.begin(name)?;
-    let size = src.dtype.size() as usize;
+    let size = src.dtype.size();
     if src.dtype == out {
         for chunk in src.data.chunks(CHUNK_ELEMS as usize * size) {
             w.write(chunk)?;
@@ -449,7 +449,7 @@ fn write_plain(
         let vals = to_f32(src.name, src.dtype, chunk)?;
         buf.clear();
         match out {
-            Dtype::BF16 => vals.iter().for_each(|&v| {
+            DType::BF16 => vals.iter().for_each(|&v| {
                 buf.extend_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes())
             }),
             _ => vals.iter().for_each(|&v| buf.extend_from_slice(&v.to_le_bytes())),
@@ -469,7 +469,7 @@ fn write_quantized(
     cols: u64,
     progress: &dyn Progress,
 ) -> Result<()> {
-    let size = src.dtype.size() as usize;
+    let size = src.dtype.size();
     let rows_per_chunk = (CHUNK_ELEMS / cols).max(1) as usize;
     let chunk_bytes = rows_per_chunk * cols as usize * size;
     let mut amax = 0.0f32;

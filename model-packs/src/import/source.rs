@@ -1,9 +1,10 @@
 //! Reading a Hugging Face model directory: config.json, single or sharded
 //! safetensors, tokenizer files, and ModelOpt's `hf_quant_config.json`.
 
-use crate::config::ModelConfig;
+use crate::config::PackConfig;
 use crate::error::{PackError, Result};
 use crate::safetensors::{SafetensorsFile, TensorInfo, TensorRef};
+use kore_pack_format::JsonConfig;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -23,7 +24,7 @@ pub struct HfCheckpoint {
     /// The directory.
     pub dir: PathBuf,
     /// The model configuration read from config.json (MTP count reconciled with the tensors).
-    pub config: ModelConfig,
+    pub config: PackConfig,
     /// Mapped safetensors files.
     pub files: Vec<SafetensorsFile>,
     /// Tensors by pack name (`model.layers.0...`, `lm_head.weight`, `mtp.*`).
@@ -38,12 +39,14 @@ impl HfCheckpoint {
     /// Opens `dir`.
     pub fn open(dir: &Path) -> Result<Self> {
         let cfg_path = dir.join("config.json");
-        let root = read_json(&cfg_path)?;
-        let mut config = ModelConfig::from_hf_json(&cfg_path, &root)?;
+        let bytes = std::fs::read(&cfg_path).map_err(|e| PackError::io(&cfg_path, e))?;
+        let root: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| PackError::manifest(&cfg_path, format!("not valid JSON: {e}")))?;
+        let json =
+            JsonConfig::parse(&bytes).map_err(|e| PackError::manifest(&cfg_path, e.to_string()))?;
+        let mut config = PackConfig::from_json(&json);
         if config.eos_token_ids.is_empty() {
-            if let Ok(gen) = read_json(&dir.join("generation_config.json")) {
-                config.eos_token_ids = crate::config::token_ids(gen.get("eos_token_id"));
-            }
+            config.eos_token_ids = generation_eos(dir);
         }
         let modelopt = detect_modelopt(dir, &root)?;
         let files = open_shards(dir)?;
@@ -72,7 +75,7 @@ impl HfCheckpoint {
             tracing::info!("config ties embeddings: dropping the checkpoint's lm_head.weight copy");
             dropped.push("lm_head.weight".into());
         }
-        config.validate(&cfg_path)?;
+        config.validate().map_err(|e| PackError::from_manifest(&cfg_path, e))?;
         Ok(Self { dir: dir.to_path_buf(), config, files, tensors, dropped, modelopt })
     }
 
@@ -117,7 +120,7 @@ pub fn pack_name(name: &str) -> Option<String> {
 
 fn reconcile_mtp(
     cfg_path: &Path,
-    config: &mut ModelConfig,
+    config: &mut PackConfig,
     tensors: &BTreeMap<String, SourceTensor>,
 ) -> Result<()> {
     let layers: BTreeSet<u64> = tensors
@@ -140,6 +143,15 @@ fn reconcile_mtp(
         ));
     }
     Ok(())
+}
+
+/// `eos_token_id` of `generation_config.json`, when the file exists and names one.
+fn generation_eos(dir: &Path) -> Vec<u64> {
+    let Ok(Value::Object(gen)) = read_json(&dir.join("generation_config.json")) else {
+        return Vec::new();
+    };
+    let ids = kore_pack_format::config::eos_ids(&gen).unwrap_or_default();
+    ids.into_iter().map(u64::from).collect()
 }
 
 /// Reads a JSON file.

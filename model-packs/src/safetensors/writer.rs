@@ -4,7 +4,7 @@
 //! streamed to disk one chunk at a time (a 9B pack never sits in memory). The
 //! file's sha256 is computed while writing.
 
-use super::Dtype;
+use super::DType;
 use crate::error::{PackError, Result};
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -19,20 +19,20 @@ pub struct TensorSpec {
     /// The tensor's name.
     pub name: String,
     /// Element type.
-    pub dtype: Dtype,
+    pub dtype: DType,
     /// Shape.
     pub shape: Vec<u64>,
 }
 
 impl TensorSpec {
     /// Builds a spec.
-    pub fn new(name: impl Into<String>, dtype: Dtype, shape: Vec<u64>) -> Self {
+    pub fn new(name: impl Into<String>, dtype: DType, shape: Vec<u64>) -> Self {
         Self { name: name.into(), dtype, shape }
     }
 
     /// Data size in bytes, `None` on overflow.
     pub fn nbytes(&self) -> Option<u64> {
-        self.shape.iter().try_fold(self.dtype.size(), |acc, &d| acc.checked_mul(d))
+        self.shape.iter().try_fold(self.dtype.size() as u64, |acc, &d| acc.checked_mul(d))
     }
 }
 
@@ -205,7 +205,7 @@ fn build_header(
             let gap = aligned - offset;
             let name = format!("{PAD_PREFIX}{pads}");
             pads += 1;
-            push_entry(&mut json, &name, Dtype::U8, &[gap], offset, aligned);
+            push_entry(&mut json, &name, DType::U8, &[gap], offset, aligned);
             slots.push(Slot { name, len: gap, pad: true });
             offset = aligned;
         }
@@ -223,14 +223,14 @@ fn build_header(
     Ok((out, slots))
 }
 
-fn push_entry(json: &mut String, name: &str, dtype: Dtype, shape: &[u64], start: u64, end: u64) {
+fn push_entry(json: &mut String, name: &str, dtype: DType, shape: &[u64], start: u64, end: u64) {
     if json.len() > 1 {
         json.push(',');
     }
     let key = serde_json::Value::String(name.to_string());
     json.push_str(&format!(
         "{key}:{{\"dtype\":\"{}\",\"shape\":{:?},\"data_offsets\":[{start},{end}]}}",
-        dtype.as_str(),
+        dtype.name(),
         shape
     ));
 }

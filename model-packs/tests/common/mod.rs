@@ -3,8 +3,8 @@
 //! a vision tensor to be dropped, MTP tensors, tokenizer files).
 #![allow(dead_code)]
 
-use kore_pack::config::{LayerType, ModelConfig, TensorKind};
-use kore_pack::safetensors::{Dtype, SafetensorsWriter, TensorSpec};
+use kore_pack::config::{LayerType, PackConfig, TensorKind};
+use kore_pack::safetensors::{DType, SafetensorsWriter, TensorSpec};
 use kore_pack::synth::{byte_level_tokenizer, Rng};
 use std::path::{Path, PathBuf};
 
@@ -19,8 +19,8 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// A tiny but complete Qwen3.5 configuration (3 DeltaNet layers, 1 full, MTP).
-pub fn tiny_config() -> ModelConfig {
-    ModelConfig {
+pub fn tiny_config() -> PackConfig {
+    PackConfig {
         vocab_size: 320,
         hidden_size: 64,
         intermediate_size: 96,
@@ -51,7 +51,7 @@ pub fn tiny_config() -> ModelConfig {
 }
 
 /// The HF config.json for `cfg` (multimodal wrapper with text_config).
-pub fn hf_config_json(cfg: &ModelConfig) -> serde_json::Value {
+pub fn hf_config_json(cfg: &PackConfig) -> serde_json::Value {
     let types: Vec<&str> = cfg
         .layer_types
         .iter()
@@ -102,7 +102,7 @@ pub fn values(rng: &mut Rng, name: &str, kind: TensorKind, n: usize) -> Vec<f32>
 }
 
 /// Writes an HF directory for `cfg` into `dir`; returns the BF16 values written by pack name.
-pub fn write_hf_dir(dir: &Path, cfg: &ModelConfig, seed: u64) -> Vec<(String, Vec<f32>)> {
+pub fn write_hf_dir(dir: &Path, cfg: &PackConfig, seed: u64) -> Vec<(String, Vec<f32>)> {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(
         dir.join("config.json"),
@@ -123,11 +123,11 @@ pub fn write_hf_dir(dir: &Path, cfg: &ModelConfig, seed: u64) -> Vec<(String, Ve
             Some(rest) => format!("model.language_model.{rest}"),
             None => e.name.clone(),
         };
-        specs.push(TensorSpec::new(hf_name, Dtype::BF16, e.shape.clone()));
+        specs.push(TensorSpec::new(hf_name, DType::BF16, e.shape.clone()));
         data.push(bytes);
         kept.push((e.name.clone(), exact));
     }
-    specs.push(TensorSpec::new("model.visual.blocks.0.attn.qkv.weight", Dtype::BF16, vec![4, 4]));
+    specs.push(TensorSpec::new("model.visual.blocks.0.attn.qkv.weight", DType::BF16, vec![4, 4]));
     data.push(vec![0u8; 32]);
     write_safetensors(&dir.join("model.safetensors"), &specs, &data, 1);
     let tok = byte_level_tokenizer(

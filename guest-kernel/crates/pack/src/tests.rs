@@ -1,7 +1,8 @@
-//! Manifest reading on a pack.toml shaped like kore-pack's output (the full comparison with
-//! kore-pack's own reader on a real pack is in the boot tests).
+//! Manifest reading on a pack.toml shaped like kore-pack's output (the reader's own cases are
+//! kore-pack-format's tests; the comparison with kore-pack on a real pack is in the boot tests).
 
 use super::*;
+use kore_engine::LayerKind;
 
 const SAMPLE: &str = r#"format_version = 1
 name = "tiny-hf"
@@ -45,8 +46,12 @@ group_size = 16
 "model.layers.0.mlp.up_proj" = "nvfp4"
 
 [files."weights.safetensors"]
-sha256 = "00"
+sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
 bytes = 1
+
+[files."tokenizer.json"]
+sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+bytes = 2
 "#;
 
 #[test]
@@ -70,23 +75,25 @@ fn sample_manifest_gives_the_engine_config() {
 #[test]
 fn bad_manifests_say_what_is_wrong() {
     let cases = [
-        (SAMPLE.replace("format_version = 1", "format_version = 2"), "format_version 2"),
+        (SAMPLE.replace("format_version = 1", "format_version = 2"), "format version 2 is newer"),
         (SAMPLE.replace("qwen3_5_text", "llama"), "architecture `llama`"),
-        (SAMPLE.replace("hidden_size = 256\n", ""), "`config.hidden_size` is missing"),
+        (SAMPLE.replace("hidden_size = 256\n", ""), "missing field `hidden_size`"),
+        (SAMPLE.replace("head_dim = 64", "head_dim = \"64\""), "invalid type: string"),
         (
-            SAMPLE.replace("head_dim = 64", "head_dim = \"64\""),
-            "`config.head_dim` must be an integer",
+            SAMPLE.replace("num_hidden_layers = 4", "num_hidden_layers = 5"),
+            "num_hidden_layers is 5",
         ),
-        (SAMPLE.replace("num_hidden_layers = 4", "num_hidden_layers = 5"), "disagrees"),
-        (SAMPLE.replace("\"full_attention\"", "\"moe\""), "unknown layer type"),
-        (SAMPLE.replace("vocab_size = 4096", "vocab_size = -1"), "non-negative"),
-        (SAMPLE.replace("num_key_value_heads = 2", "num_key_value_heads = 3"), "must divide"),
-        (SAMPLE.replace("mtp = true", "mtp = {a = 1}"), "line 5"),
+        (SAMPLE.replace("\"full_attention\"", "\"moe\""), "unknown variant `moe`"),
+        (SAMPLE.replace("vocab_size = 4096", "vocab_size = -1"), "-1"),
+        (SAMPLE.replace("num_key_value_heads = 2", "num_key_value_heads = 3"), "multiple of"),
+        (SAMPLE.replace("mtp = true", "mtp = {a = 1"), "not valid TOML"),
     ];
     for (text, want) in cases {
         let e = Manifest::parse(&text).unwrap_err().to_string();
-        assert!(e.contains(want), "{want:?} not in {e:?}");
+        assert!(e.starts_with("pack.toml: ") && e.contains(want), "{want:?} not in {e:?}");
     }
+    let files: [(&[u8], &[u8]); 1] = [(b"pack.toml", b"\xff")];
+    assert_eq!(Pack::from_files(files).unwrap_err(), PackError::NotUtf8);
 }
 
 #[test]

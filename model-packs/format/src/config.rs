@@ -1,7 +1,7 @@
-//! Model configuration read from a Hugging Face `config.json`: either a
-//! `qwen3_5_text` config or the `text_config` inside a `qwen3_5` multimodal
-//! config. Nothing is hard-coded: `layer_types` decides each layer's kind and
-//! every shape comes from here.
+//! The engine's model configuration and the one reader of a Hugging Face
+//! `config.json`: either a `qwen3_5_text` config or the `text_config` inside a
+//! `qwen3_5` multimodal config. Nothing is hard-coded: `layer_types` decides
+//! each layer's kind and every shape comes from here.
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -41,8 +41,7 @@ impl fmt::Display for ConfigError {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for ConfigError {}
+impl core::error::Error for ConfigError {}
 
 /// The kind of token mixer in one decoder layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,9 +95,28 @@ pub struct ModelConfig {
     pub mtp_num_hidden_layers: usize,
 }
 
+/// A `config.json` as read: the engine's configuration plus the two settings
+/// it keeps only in derived form (pack.toml records them as written).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JsonConfig {
+    /// The engine's configuration.
+    pub model: ModelConfig,
+    /// `rms_norm_eps` at full precision.
+    pub rms_norm_eps: f64,
+    /// The rotated fraction of each head (`rotary_dim = head_dim * factor`).
+    pub partial_rotary_factor: f64,
+}
+
 impl ModelConfig {
     /// Parses `config.json` bytes.
     pub fn from_json(bytes: &[u8]) -> Result<Self, ConfigError> {
+        JsonConfig::parse(bytes).map(|c| c.model)
+    }
+}
+
+impl JsonConfig {
+    /// Parses `config.json` bytes: the one reader of Hugging Face configs.
+    pub fn parse(bytes: &[u8]) -> Result<Self, ConfigError> {
         let root: Value =
             serde_json::from_slice(bytes).map_err(|e| ConfigError::Json(e.to_string()))?;
         let root = root
@@ -121,20 +139,28 @@ impl ModelConfig {
                         return Err(ConfigError::UnknownModelType(t.to_string()));
                     }
                 }
-                let tie = root.get("tie_word_embeddings").and_then(Value::as_bool);
-                Self::from_text(text, tie)
+                Self::from_text(text, Some(root))
             }
             other => Err(ConfigError::UnknownModelType(other.to_string())),
         }
     }
 
-    fn from_text(c: &Map<String, Value>, tie_override: Option<bool>) -> Result<Self, ConfigError> {
+    /// Reads the text model's settings from `c`; a multimodal wrapper's `outer`
+    /// object decides `tie_word_embeddings` and supplies `eos_token_id` when the
+    /// text config lacks it.
+    fn from_text(
+        c: &Map<String, Value>,
+        outer: Option<&Map<String, Value>>,
+    ) -> Result<Self, ConfigError> {
+        let tie_override =
+            outer.and_then(|o| o.get("tie_word_embeddings")).and_then(Value::as_bool);
         let num_layers = req_usize(c, "num_hidden_layers")?;
         let head_dim = match c.get("head_dim") {
             Some(_) => req_usize(c, "head_dim")?,
             None => req_usize(c, "hidden_size")? / req_usize(c, "num_attention_heads")?.max(1),
         };
         let partial = rope_field(c, "partial_rotary_factor")?.unwrap_or(0.25);
+        let eps = opt_f64(c, "rms_norm_eps")?.unwrap_or(1e-6);
         if !(partial > 0.0 && partial <= 1.0) {
             return Err(invalid("partial_rotary_factor", "must be in (0, 1]"));
         }
@@ -154,20 +180,25 @@ impl ModelConfig {
             linear_num_value_heads: req_usize(c, "linear_num_value_heads")?,
             linear_key_head_dim: req_usize(c, "linear_key_head_dim")?,
             linear_value_head_dim: req_usize(c, "linear_value_head_dim")?,
-            rms_norm_eps: opt_f64(c, "rms_norm_eps")?.unwrap_or(1e-6) as f32,
+            rms_norm_eps: eps as f32,
             tie_word_embeddings: match tie_override {
                 Some(t) => t,
                 None => c.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false),
             },
             max_position_embeddings: opt_usize(c, "max_position_embeddings")?.unwrap_or(32768),
-            eos_token_ids: eos_ids(c)?,
+            eos_token_ids: match c.get("eos_token_id").filter(|v| !v.is_null()) {
+                Some(_) => eos_ids(c)?,
+                None => outer.map(eos_ids).transpose()?.unwrap_or_default(),
+            },
             mtp_num_hidden_layers: opt_usize(c, "mtp_num_hidden_layers")?.unwrap_or(0),
         };
         check_unsupported(c)?;
         cfg.validate()?;
-        Ok(cfg)
+        Ok(JsonConfig { model: cfg, rms_norm_eps: eps, partial_rotary_factor: partial })
     }
+}
 
+impl ModelConfig {
     /// Checks that the shapes are consistent and non-degenerate.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let nonzero: [(&'static str, usize); 12] = [
@@ -261,12 +292,14 @@ fn opt_f64(c: &Map<String, Value>, field: &'static str) -> Result<Option<f64>, C
     }
 }
 
-/// A RoPE setting: `rope_parameters.<field>` (transformers 5), else the
-/// legacy top-level field.
+/// A RoPE setting: `rope_parameters.<field>` (transformers 5), else
+/// `rope_scaling.<field>`, else the legacy top-level field.
 fn rope_field(c: &Map<String, Value>, field: &'static str) -> Result<Option<f64>, ConfigError> {
-    if let Some(p) = c.get("rope_parameters").and_then(Value::as_object) {
-        if let Some(v) = opt_f64(p, field)? {
-            return Ok(Some(v));
+    for section in ["rope_parameters", "rope_scaling"] {
+        if let Some(p) = c.get(section).and_then(Value::as_object) {
+            if let Some(v) = opt_f64(p, field)? {
+                return Ok(Some(v));
+            }
         }
     }
     opt_f64(c, field)
@@ -296,7 +329,9 @@ fn layer_types(c: &Map<String, Value>, n: usize) -> Result<Vec<LayerKind>, Confi
         .collect()
 }
 
-fn eos_ids(c: &Map<String, Value>) -> Result<Vec<u32>, ConfigError> {
+/// `eos_token_id` of `c` (a number or a list; none when absent), as in
+/// `config.json` and `generation_config.json`.
+pub fn eos_ids(c: &Map<String, Value>) -> Result<Vec<u32>, ConfigError> {
     let bad = || invalid("eos_token_id", "must be an integer or a list of integers");
     let one = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(bad);
     match c.get("eos_token_id") {
