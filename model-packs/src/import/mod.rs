@@ -127,11 +127,9 @@ pub fn import(
     for e in &expected {
         actions.push(plan(&ck, e, opts, &mut used)?);
     }
-    if let Some(name) = ck.tensors.keys().find(|n| !used.contains(*n)) {
-        return Err(PackError::UnexpectedTensor {
-            file: ck.file_of(name),
-            tensor: ck.tensors[name].info.name.clone(),
-        });
+    if let Some(name) = ck.tensors.iter().find(|n| !used.contains(*n)) {
+        let tensor = ck.get(name).map_or_else(|| name.clone(), |t| t.name.to_string());
+        return Err(PackError::UnexpectedTensor { file: ck.file_of(name), tensor });
     }
     let (specs, modules) = specs_of(&actions);
     let copied = actions.iter().filter(|a| matches!(a, Action::Copy { .. })).count();

@@ -1,22 +1,17 @@
-//! Reading a Hugging Face model directory: config.json, single or sharded
-//! safetensors, tokenizer files, and ModelOpt's `hf_quant_config.json`.
+//! Reading a Hugging Face model directory for import: the engine's reader
+//! ([`HfModelDir`]: config.json, single or sharded safetensors, canonical names),
+//! plus the pack's view of the config and ModelOpt's `hf_quant_config.json`.
 
 use crate::config::PackConfig;
 use crate::error::{PackError, Result};
-use crate::safetensors::{SafetensorsFile, TensorInfo, TensorRef};
+use crate::safetensors::TensorRef;
+use kore_engine::hf::{HfError, HfModelDir};
 use kore_pack_format::JsonConfig;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// Where one (renamed) tensor lives.
-#[derive(Debug, Clone)]
-pub struct SourceTensor {
-    /// Index into [`HfCheckpoint::files`].
-    pub file: usize,
-    /// The header entry (with the original name).
-    pub info: TensorInfo,
-}
+pub use kore_engine::hf::canonical as pack_name;
 
 /// An opened Hugging Face checkpoint.
 #[derive(Debug)]
@@ -25,10 +20,10 @@ pub struct HfCheckpoint {
     pub dir: PathBuf,
     /// The model configuration read from config.json (MTP count reconciled with the tensors).
     pub config: PackConfig,
-    /// Mapped safetensors files.
-    pub files: Vec<SafetensorsFile>,
+    /// The mapped files.
+    hf: HfModelDir,
     /// Tensors by pack name (`model.layers.0...`, `lm_head.weight`, `mtp.*`).
-    pub tensors: BTreeMap<String, SourceTensor>,
+    pub tensors: BTreeSet<String>,
     /// Tensors skipped on purpose (vision tower, KV-cache scales...).
     pub dropped: Vec<String>,
     /// True when hf_quant_config.json (or config.json) declares ModelOpt NVFP4.
@@ -38,93 +33,74 @@ pub struct HfCheckpoint {
 impl HfCheckpoint {
     /// Opens `dir`.
     pub fn open(dir: &Path) -> Result<Self> {
+        let hf = HfModelDir::open(dir).map_err(hf_error)?;
         let cfg_path = dir.join("config.json");
-        let bytes = std::fs::read(&cfg_path).map_err(|e| PackError::io(&cfg_path, e))?;
-        let root: Value = serde_json::from_slice(&bytes)
+        let root: Value = serde_json::from_slice(hf.config_json())
             .map_err(|e| PackError::manifest(&cfg_path, format!("not valid JSON: {e}")))?;
-        let json =
-            JsonConfig::parse(&bytes).map_err(|e| PackError::manifest(&cfg_path, e.to_string()))?;
+        let json = JsonConfig::parse(hf.config_json())
+            .map_err(|e| PackError::manifest(&cfg_path, e.to_string()))?;
         let mut config = PackConfig::from_json(&json);
         if config.eos_token_ids.is_empty() {
             config.eos_token_ids = generation_eos(dir);
         }
         let modelopt = detect_modelopt(dir, &root)?;
-        let files = open_shards(dir)?;
-        let mut tensors = BTreeMap::new();
-        let mut dropped = Vec::new();
-        for (i, f) in files.iter().enumerate() {
-            for info in &f.header().tensors {
-                let Some(name) = pack_name(&info.name) else {
-                    dropped.push(info.name.clone());
-                    continue;
-                };
-                if tensors
-                    .insert(name.clone(), SourceTensor { file: i, info: info.clone() })
-                    .is_some()
-                {
-                    return Err(PackError::BadTensor {
-                        file: f.path().to_path_buf(),
-                        tensor: info.name.clone(),
-                        reason: format!("a second tensor maps to `{name}`"),
-                    });
-                }
-            }
-        }
+        let mut tensors: BTreeSet<String> = hf.tensor_names().map(str::to_string).collect();
+        let mut dropped = hf.dropped().to_vec();
         reconcile_mtp(&cfg_path, &mut config, &tensors)?;
-        if config.tie_word_embeddings && tensors.remove("lm_head.weight").is_some() {
+        if config.tie_word_embeddings && tensors.remove("lm_head.weight") {
             tracing::info!("config ties embeddings: dropping the checkpoint's lm_head.weight copy");
             dropped.push("lm_head.weight".into());
         }
         config.validate().map_err(|e| PackError::from_manifest(&cfg_path, e))?;
-        Ok(Self { dir: dir.to_path_buf(), config, files, tensors, dropped, modelopt })
+        Ok(Self { dir: dir.to_path_buf(), config, hf, tensors, dropped, modelopt })
     }
 
     /// A view of the tensor stored under pack name `name`.
     pub fn get(&self, name: &str) -> Option<TensorRef<'_>> {
-        let s = self.tensors.get(name)?;
-        Some(self.files[s.file].view(&s.info))
+        if !self.tensors.contains(name) {
+            return None;
+        }
+        let t = self.hf.stored(name)?;
+        Some(TensorRef {
+            name: &t.info.name,
+            dtype: t.info.dtype,
+            shape: &t.info.shape,
+            data: t.data,
+        })
     }
 
     /// The path of the file holding `name`.
     pub fn file_of(&self, name: &str) -> PathBuf {
-        self.tensors
-            .get(name)
-            .map(|s| self.files[s.file].path().to_path_buf())
-            .unwrap_or_else(|| self.dir.clone())
+        self.hf.stored(name).map_or_else(|| self.dir.clone(), |t| t.file.to_path_buf())
     }
 }
 
-/// Maps a checkpoint tensor name to the pack's naming, or `None` to drop it.
-pub fn pack_name(name: &str) -> Option<String> {
-    let renamed = if let Some(rest) = name.strip_prefix("model.language_model.") {
-        format!("model.{rest}")
-    } else if let Some(rest) = name.strip_prefix("language_model.model.") {
-        format!("model.{rest}")
-    } else if let Some(rest) = name.strip_prefix("language_model.") {
-        rest.to_string()
-    } else if let Some(rest) = name.strip_prefix("model.mtp.") {
-        format!("mtp.{rest}")
-    } else {
-        name.to_string()
-    };
-    let vision = renamed.starts_with("model.visual.")
-        || renamed.starts_with("visual.")
-        || renamed.contains("vision_tower");
-    let kv_scale = renamed.ends_with(".k_scale") || renamed.ends_with(".v_scale");
-    let pad = renamed.starts_with(crate::safetensors::PAD_PREFIX);
-    if vision || kv_scale || pad || renamed.ends_with("rotary_emb.inv_freq") {
-        return None;
+/// The engine reader's error as this crate's, naming the same file.
+fn hf_error(e: HfError) -> PackError {
+    let not_found =
+        |what: &str| std::io::Error::new(std::io::ErrorKind::NotFound, what.to_string());
+    match e {
+        HfError::NotADirectory(p) => PackError::io(p, not_found("not a model directory")),
+        HfError::Io { path, source } => PackError::io(path, source),
+        HfError::NoWeights(p) => {
+            PackError::io(p, not_found("no *.safetensors weights in this directory"))
+        }
+        HfError::Safetensors { path, source } => PackError::header(&path, source),
+        HfError::Config { path, source } => PackError::manifest(path, source.to_string()),
+        HfError::Index { path, reason } => PackError::manifest(path, reason),
+        other @ (HfError::DuplicateTensor { .. } | HfError::Load { .. }) => {
+            PackError::Invalid(other.to_string())
+        }
     }
-    Some(renamed)
 }
 
 fn reconcile_mtp(
     cfg_path: &Path,
     config: &mut PackConfig,
-    tensors: &BTreeMap<String, SourceTensor>,
+    tensors: &BTreeSet<String>,
 ) -> Result<()> {
     let layers: BTreeSet<u64> = tensors
-        .keys()
+        .iter()
         .filter_map(|n| n.strip_prefix("mtp.layers.")?.split('.').next()?.parse().ok())
         .collect();
     let present = layers.len() as u64;
@@ -188,38 +164,4 @@ fn detect_modelopt(dir: &Path, root: &Value) -> Result<bool> {
         ));
     }
     Ok(true)
-}
-
-fn open_shards(dir: &Path) -> Result<Vec<SafetensorsFile>> {
-    let index = dir.join("model.safetensors.index.json");
-    let mut names: Vec<String> = if index.is_file() {
-        let v = read_json(&index)?;
-        let map = v
-            .get("weight_map")
-            .and_then(Value::as_object)
-            .ok_or_else(|| PackError::manifest(&index, "has no `weight_map` object"))?;
-        let set: BTreeSet<String> =
-            map.values().filter_map(|f| f.as_str().map(str::to_string)).collect();
-        set.into_iter().collect()
-    } else {
-        let rd = std::fs::read_dir(dir).map_err(|e| PackError::io(dir, e))?;
-        let mut v: Vec<String> = rd
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".safetensors"))
-            .collect();
-        v.sort();
-        v
-    };
-    names.retain(|n| !n.contains(".."));
-    if names.is_empty() {
-        return Err(PackError::io(
-            dir,
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no *.safetensors weights in this directory",
-            ),
-        ));
-    }
-    names.iter().map(|n| SafetensorsFile::open(&dir.join(n))).collect()
 }

@@ -10,8 +10,7 @@ use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Name prefix of the U8 filler tensors that keep data aligned.
-pub const PAD_PREFIX: &str = "__kore_pad_";
+pub use kore_pack_format::safetensors::PAD_PREFIX;
 
 /// A tensor to be written: name, dtype and shape (its data comes later).
 #[derive(Debug, Clone, PartialEq, Eq)]

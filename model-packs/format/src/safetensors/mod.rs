@@ -18,6 +18,10 @@ use alloc::vec::Vec;
 use crate::view::TensorView;
 pub use header::{parse_header, HeaderLimits, SafetensorsHeader, TensorInfo, MAX_HEADER_BYTES};
 
+/// Name prefix of the U8 padding tensors Kore's writer puts between tensors to
+/// align their data; readers skip them.
+pub const PAD_PREFIX: &str = "__kore_pad_";
+
 /// What is wrong with a safetensors buffer (the caller adds the file name).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderError {
