@@ -1,5 +1,5 @@
 //! The quantized output heads (`--head q8|nvfp4`) against the bf16 head of
-//! the default pack on its held-out text (model-packs/tests/fixtures): top-1
+//! the default pack on its held-out text (model-packs/tools/tests/fixtures): top-1
 //! agreement, mean KL(bf16 || quantized) and held-out loss, on the same trunk
 //! hidden states. The q8 head (the default) must agree on >= 99% of tokens.
 
@@ -53,7 +53,7 @@ fn head_f32(model: &Model<'_>) -> Vec<f32> {
 
 #[test]
 fn quantized_heads_agree_with_bf16_on_held_out_text() {
-    let pack = Pack::open(repo("tiny")).unwrap();
+    let pack = Pack::open(repo("../tiny")).unwrap();
     let mut model = pack.model().unwrap();
     assert!(matches!(model.lm_head, Linear::Dense { .. }), "the default pack's head is bf16");
     let json = std::fs::read(pack.tokenizer_path()).unwrap();
@@ -82,7 +82,7 @@ fn quantized_heads_agree_with_bf16_on_held_out_text() {
     ];
     let bf16 = model.lm_head;
     let (mut reference, mut figs) = (Figures::default(), [Figures::default(), Figures::default()]);
-    // Windows of 256 tokens, each from a fresh state (as model-packs/tiny-train).
+    // Windows of 256 tokens, each from a fresh state (as scripts/tiny-train).
     for w in ids.chunks(257).filter(|w| w.len() > 1) {
         let (inp, next) = (&w[..w.len() - 1], &w[1..]);
         let h = model.forward_hidden(&mut model.new_state(), inp).unwrap();

@@ -24,7 +24,7 @@ fn argmax(row: &[f32]) -> usize {
 
 #[test]
 fn committed_pack_is_the_documented_import_of_tiny_hf() {
-    let committed = repo("tiny");
+    let committed = repo("../tiny");
     verify(&committed, &NoProgress).unwrap();
     let out = temp_dir("tiny-reimport");
     let opts = ImportOptions {
@@ -35,7 +35,7 @@ fn committed_pack_is_the_documented_import_of_tiny_hf() {
         context_length: None,
         head: Some(kore_pack::head::HeadFormat::Bf16),
     };
-    import(&repo("tiny-hf"), &out, &opts, &NoProgress).unwrap();
+    import(&repo("../tiny-hf"), &out, &opts, &NoProgress).unwrap();
     let a = Pack::open(&committed).unwrap();
     let b = Pack::open(&out).unwrap();
     assert_eq!(a.manifest().files, b.manifest().files, "re-import gives the same bytes");
@@ -47,8 +47,8 @@ fn committed_pack_is_the_documented_import_of_tiny_hf() {
 
 #[test]
 fn nvfp4_pack_agrees_with_bf16_on_held_out_text() {
-    let pack = Pack::open(repo("tiny")).unwrap();
-    let hf = kore_engine::hf::HfModelDir::open(&repo("tiny-hf")).unwrap();
+    let pack = Pack::open(repo("../tiny")).unwrap();
+    let hf = kore_engine::hf::HfModelDir::open(&repo("../tiny-hf")).unwrap();
     let json = std::fs::read(pack.tokenizer_path()).unwrap();
     let tok = kore_tokenizer::Tokenizer::from_json(&json).unwrap();
     let text =
@@ -58,7 +58,7 @@ fn nvfp4_pack_agrees_with_bf16_on_held_out_text() {
     let (quant, full) = (pack.model().unwrap(), hf.model().unwrap());
     let vocab = full.config.vocab_size;
     let (mut agree, mut total, mut correct_q, mut correct_f) = (0, 0, 0, 0);
-    // Windows of 256 tokens, as in model-packs/tiny-train (each starts a fresh state).
+    // Windows of 256 tokens, as in scripts/tiny-train (each starts a fresh state).
     for w in ids.chunks(257).filter(|w| w.len() > 1) {
         let inp = &w[..w.len() - 1];
         let lq = quant.forward(&mut quant.new_state(), inp, Logits::All).unwrap();
@@ -81,8 +81,8 @@ fn nvfp4_pack_agrees_with_bf16_on_held_out_text() {
 
 #[test]
 fn resident_pack_is_the_mapped_pack_on_hugepages() {
-    let mapped = Pack::open(repo("tiny")).unwrap();
-    let resident = Pack::open_resident(repo("tiny"), &NoProgress).unwrap();
+    let mapped = Pack::open(repo("../tiny")).unwrap();
+    let resident = Pack::open_resident(repo("../tiny"), &NoProgress).unwrap();
     assert_eq!(mapped.residency(), kore_pack::safetensors::Residency::Mapped);
     assert_ne!(resident.residency(), kore_pack::safetensors::Residency::Mapped, "13 MB fits");
     let ids = [1u32, 200, 3000, 45, 4000, 7];
@@ -95,7 +95,7 @@ fn resident_pack_is_the_mapped_pack_on_hugepages() {
 #[test]
 fn resident_open_rejects_a_truncated_pack() {
     let out = temp_dir("tiny-truncated-resident");
-    for f in std::fs::read_dir(repo("tiny")).unwrap() {
+    for f in std::fs::read_dir(repo("../tiny")).unwrap() {
         let f = f.unwrap().path();
         std::fs::copy(&f, out.join(f.file_name().unwrap())).unwrap();
     }

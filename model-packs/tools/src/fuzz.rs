@@ -1,7 +1,7 @@
 //! The fuzz body for pack loading: arbitrary bytes as a safetensors header, as a
 //! `pack.toml`, or as a whole pack directory (`pack.toml` + `weights.safetensors` +
 //! `tokenizer.json` cut from the input) that [`Pack::open`] and [`verify`] then read.
-//! Used by `model-packs/fuzz` (cargo-fuzz) and by the plain test `tests/pack_fuzz.rs`,
+//! Used by `model-packs/tools/fuzz` (cargo-fuzz) and by the plain test `tests/pack_fuzz.rs`,
 //! which also feeds it truncated and mutated real packs.
 //!
 //! Whatever the input, loading must return (`Ok` or a typed error) without panicking.
