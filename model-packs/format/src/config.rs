@@ -9,6 +9,10 @@ use alloc::vec::Vec;
 use core::fmt;
 use serde_json::{Map, Value};
 
+/// Largest size or count a config may name: far above any real model, low
+/// enough that nothing derived from untrusted input overflows.
+const MAX_SIZE: usize = 1 << 24;
+
 /// What is wrong with a config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigError {
@@ -201,7 +205,7 @@ impl JsonConfig {
 impl ModelConfig {
     /// Checks that the shapes are consistent and non-degenerate.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, usize); 12] = [
+        let sizes: [(&'static str, usize); 13] = [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
             ("intermediate_size", self.intermediate_size),
@@ -214,10 +218,11 @@ impl ModelConfig {
             ("linear_num_value_heads", self.linear_num_value_heads),
             ("linear_key_head_dim", self.linear_key_head_dim),
             ("linear_value_head_dim", self.linear_value_head_dim),
+            ("max_position_embeddings", self.max_position_embeddings),
         ];
-        for (field, v) in nonzero {
-            if v == 0 {
-                return Err(invalid(field, "must be positive"));
+        for (field, v) in sizes {
+            if v == 0 || v > MAX_SIZE {
+                return Err(invalid(field, "must be positive and at most 2^24"));
             }
         }
         if self.num_attention_heads % self.num_key_value_heads != 0 {

@@ -18,6 +18,7 @@
 //! 1.0 and `s2` is 0, so the weight dequantizes to exact zeros.
 
 use crate::error::{PackError, Result};
+use crate::safetensors::DType;
 
 /// Elements per block scale.
 pub const GROUP: usize = 16;
@@ -26,6 +27,20 @@ pub use kore_pack_format::fp::{
     e2m1_code, e4m3_to_f32, f32_to_e4m3, E2M1_MAX, E2M1_VALUES, E4M3_MAX, E4M3_MIN_SUBNORMAL,
     E4M3_ONE,
 };
+
+/// One stored part of a quantized module: suffix, dtype, shape, required.
+pub type StoredPart = (&'static str, DType, Vec<u64>, bool);
+
+/// The tensors ModelOpt stores for an NVFP4 Linear `[n, k]` (module name +
+/// `.` + suffix); `input_scale` is optional and unused by Kore.
+pub fn stored_parts(n: u64, k: u64) -> [StoredPart; 4] {
+    [
+        ("weight", DType::U8, vec![n, k / 2], true),
+        ("weight_scale", DType::F8E4M3, vec![n, k / GROUP as u64], true),
+        ("weight_scale_2", DType::F32, vec![], true),
+        ("input_scale", DType::F32, vec![], false),
+    ]
+}
 
 /// A quantized Linear weight in ModelOpt's layout.
 #[derive(Debug, Clone, PartialEq)]

@@ -348,38 +348,7 @@ fn check_nvfp4(
             ),
         });
     }
-    let parts: [(&str, DType, Vec<u64>, bool); 4] = [
-        ("weight", DType::U8, vec![n, k / 2], true),
-        ("weight_scale", DType::F8E4M3, vec![n, k / GROUP as u64], true),
-        ("weight_scale_2", DType::F32, vec![], true),
-        ("input_scale", DType::F32, vec![], false),
-    ];
-    for (suffix, dtype, shape, required) in parts {
-        let name = format!("{module}.{suffix}");
-        let Some(t) = header.get(&name) else {
-            if required {
-                return Err(PackError::MissingTensor { file: file.to_path_buf(), tensor: name });
-            }
-            continue;
-        };
-        if t.dtype != dtype {
-            return Err(PackError::BadTensor {
-                file: file.to_path_buf(),
-                tensor: name,
-                reason: format!("NVFP4 needs dtype {dtype}, found {}", t.dtype),
-            });
-        }
-        if t.shape != shape {
-            return Err(PackError::ShapeMismatch {
-                file: file.to_path_buf(),
-                tensor: name,
-                expected: shape,
-                found: t.shape.clone(),
-            });
-        }
-        used.insert(name);
-    }
-    Ok(())
+    check_parts(file, header, module, "NVFP4", &crate::nvfp4::stored_parts(n, k), used)
 }
 
 fn check_q8(
@@ -398,26 +367,43 @@ fn check_q8(
             reason: format!("listed as q8, which only `lm_head` with a multiple of {group} columns may be (input dimension {k})"),
         });
     }
-    for (suffix, dtype, shape) in
-        [("weight", DType::I8, vec![n, k]), ("weight_scale", DType::F16, vec![n, k / group])]
-    {
+    let parts = [
+        ("weight", DType::I8, vec![n, k], true),
+        ("weight_scale", DType::F16, vec![n, k / group], true),
+    ];
+    check_parts(file, header, module, "q8", &parts, used)
+}
+
+/// Checks the stored parts (`suffix`, dtype, shape, required) of a quantized
+/// `module` and marks them used.
+fn check_parts(
+    file: &Path,
+    header: &SafetensorsHeader,
+    module: &str,
+    scheme: &str,
+    parts: &[(&str, DType, Vec<u64>, bool)],
+    used: &mut HashSet<String>,
+) -> Result<()> {
+    for (suffix, dtype, shape, required) in parts {
         let name = format!("{module}.{suffix}");
-        let t = header.get(&name).ok_or_else(|| PackError::MissingTensor {
-            file: file.to_path_buf(),
-            tensor: name.clone(),
-        })?;
-        if t.dtype != dtype {
+        let Some(t) = header.get(&name) else {
+            if *required {
+                return Err(PackError::MissingTensor { file: file.to_path_buf(), tensor: name });
+            }
+            continue;
+        };
+        if t.dtype != *dtype {
             return Err(PackError::BadTensor {
                 file: file.to_path_buf(),
                 tensor: name,
-                reason: format!("q8 needs dtype {dtype}, found {}", t.dtype),
+                reason: format!("{scheme} needs dtype {dtype}, found {}", t.dtype),
             });
         }
-        if t.shape != shape {
+        if t.shape != *shape {
             return Err(PackError::ShapeMismatch {
                 file: file.to_path_buf(),
                 tensor: name,
-                expected: shape,
+                expected: shape.clone(),
                 found: t.shape.clone(),
             });
         }

@@ -148,26 +148,6 @@ impl PackConfig {
     /// Checks internal consistency.
     pub fn validate(&self) -> Result<(), ManifestError> {
         let bad = |r: String| Err(ManifestError::Invalid(format!("config: {r}")));
-        let positive = [
-            ("vocab_size", self.vocab_size),
-            ("hidden_size", self.hidden_size),
-            ("intermediate_size", self.intermediate_size),
-            ("num_hidden_layers", self.num_hidden_layers),
-            ("num_attention_heads", self.num_attention_heads),
-            ("num_key_value_heads", self.num_key_value_heads),
-            ("head_dim", self.head_dim),
-            ("linear_num_key_heads", self.linear_num_key_heads),
-            ("linear_num_value_heads", self.linear_num_value_heads),
-            ("linear_key_head_dim", self.linear_key_head_dim),
-            ("linear_value_head_dim", self.linear_value_head_dim),
-            ("linear_conv_kernel_dim", self.linear_conv_kernel_dim),
-            ("max_position_embeddings", self.max_position_embeddings),
-        ];
-        for (name, v) in positive {
-            if v == 0 || v > 1 << 24 {
-                return bad(format!("{name} = {v} is out of range"));
-            }
-        }
         if self.layer_types.len() as u64 != self.num_hidden_layers {
             return bad(format!(
                 "layer_types lists {} layers but num_hidden_layers is {}",
@@ -175,12 +155,9 @@ impl PackConfig {
                 self.num_hidden_layers
             ));
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
-            return bad("num_attention_heads must be a multiple of num_key_value_heads".into());
-        }
-        if self.linear_num_value_heads % self.linear_num_key_heads != 0 {
-            return bad("linear_num_value_heads must be a multiple of linear_num_key_heads".into());
-        }
+        // Sizes and head counts: the engine's own checks, on what the engine will get.
+        let trained = self.to_model(self.max_position_embeddings);
+        trained.validate().map_err(|e| ManifestError::Invalid(format!("config: {e}")))?;
         let eps_ok = self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0;
         let rope_ok = self.rope_theta > 1.0 && self.rope_theta.is_finite();
         let frac_ok = self.partial_rotary_factor > 0.0 && self.partial_rotary_factor <= 1.0;

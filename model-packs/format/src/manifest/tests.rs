@@ -102,7 +102,7 @@ fn bad_manifests_say_what_is_wrong() {
         (SAMPLE.replace("num_hidden_layers = 4", "num_hidden_layers = 5"), "lists 4 layers"),
         (SAMPLE.replace("\"full_attention\"", "\"moe\""), "unknown variant `moe`"),
         (SAMPLE.replace("vocab_size = 4096", "vocab_size = -1"), "-1"),
-        (SAMPLE.replace("num_key_value_heads = 2", "num_key_value_heads = 3"), "multiple of"),
+        (SAMPLE.replace("num_key_value_heads = 2", "num_key_value_heads = 3"), "must divide"),
         (SAMPLE.replace("mtp = true", "mtp = {a = 1"), "not valid TOML"),
         (SAMPLE.replace("mtp = true", "mtp = false"), "`mtp` disagrees"),
         (SAMPLE.replace("name = \"tiny-hf\"", "name = \"x\"\nextra = 1"), "unknown field `extra`"),

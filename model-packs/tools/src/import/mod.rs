@@ -122,12 +122,12 @@ pub fn import(
     if ck.config.tie_word_embeddings && head != HeadFormat::Bf16 {
         expected.push(crate::head::separate_head(&ck.config));
     }
-    let mut used = HashSet::new();
+    let mut planner = Planner { ck: &ck, opts, used: HashSet::new() };
     let mut actions = Vec::with_capacity(expected.len());
     for e in &expected {
-        actions.push(plan(&ck, e, opts, &mut used)?);
+        actions.push(planner.plan(e)?);
     }
-    if let Some(name) = ck.tensors.iter().find(|n| !used.contains(*n)) {
+    if let Some(name) = ck.tensors.iter().find(|n| !planner.used.contains(*n)) {
         let tensor = ck.get(name).map_or_else(|| name.clone(), |t| t.name.to_string());
         return Err(PackError::UnexpectedTensor { file: ck.file_of(name), tensor });
     }
@@ -153,146 +153,136 @@ pub fn import(
     })
 }
 
-fn plan<'a>(
+/// Matches each expected tensor with the checkpoint's, noting which it used.
+struct Planner<'a> {
     ck: &'a HfCheckpoint,
-    e: &ExpectedTensor,
-    opts: &ImportOptions,
-    used: &mut HashSet<String>,
-) -> Result<Action<'a>> {
-    if let (Some(module), TensorKind::Linear(group)) = (e.module(), e.kind) {
-        let src = ck.get(&e.name);
-        if module == LM_HEAD && src.is_none_or(|t| t.dtype != DType::U8) {
-            return plan_head(ck, e, opts, used);
-        }
-        if src.is_some_and(|t| t.dtype == DType::U8) {
-            return plan_copy(ck, e, module, used);
-        }
-        let (rows, cols) = (e.shape[0], e.shape[1]);
-        let wanted = opts.quant == QuantMode::Nvfp4 && !ck.modelopt && opts.groups.contains(&group);
-        let kept = opts.keep.iter().any(|g| glob_match(g, module));
-        if wanted && !kept && cols % GROUP as u64 == 0 {
-            let src = plain_source(ck, e, used)?;
-            return Ok(Action::Quantize { module: module.to_string(), src, rows, cols });
-        }
-    }
-    let src = plain_source(ck, e, used)?;
-    let out = match e.kind {
-        TensorKind::Linear(_) | TensorKind::Embedding if opts.quant == QuantMode::Keep => {
-            match src.dtype {
-                DType::F32 | DType::BF16 | DType::F16 => src.dtype,
-                _ => DType::F32,
+    opts: &'a ImportOptions,
+    used: HashSet<String>,
+}
+
+impl<'a> Planner<'a> {
+    fn plan(&mut self, e: &ExpectedTensor) -> Result<Action<'a>> {
+        let (ck, opts) = (self.ck, self.opts);
+        if let (Some(module), TensorKind::Linear(group)) = (e.module(), e.kind) {
+            let src = ck.get(&e.name);
+            if module == LM_HEAD && src.is_none_or(|t| t.dtype != DType::U8) {
+                return self.head(e);
+            }
+            if src.is_some_and(|t| t.dtype == DType::U8) {
+                return self.copy(e, module);
+            }
+            let (rows, cols) = (e.shape[0], e.shape[1]);
+            let wanted =
+                opts.quant == QuantMode::Nvfp4 && !ck.modelopt && opts.groups.contains(&group);
+            let kept = opts.keep.iter().any(|g| glob_match(g, module));
+            if wanted && !kept && cols % GROUP as u64 == 0 {
+                let src = self.plain_source(e)?;
+                return Ok(Action::Quantize { module: module.to_string(), src, rows, cols });
             }
         }
-        TensorKind::Linear(_) | TensorKind::Embedding => DType::BF16,
-        TensorKind::Norm | TensorKind::Conv | TensorKind::Param => DType::F32,
-    };
-    Ok(Action::Plain { name: e.name.clone(), src, out })
-}
-
-/// The output head as [`ImportOptions::head_format`] says; a tied model's
-/// separate copy is quantized from the embedding.
-fn plan_head<'a>(
-    ck: &'a HfCheckpoint,
-    e: &ExpectedTensor,
-    opts: &ImportOptions,
-    used: &mut HashSet<String>,
-) -> Result<Action<'a>> {
-    let mut from = e.clone();
-    if ck.config.tie_word_embeddings {
-        from.name = "model.embed_tokens.weight".into();
+        let src = self.plain_source(e)?;
+        let out = match e.kind {
+            TensorKind::Linear(_) | TensorKind::Embedding if opts.quant == QuantMode::Keep => {
+                match src.dtype {
+                    DType::F32 | DType::BF16 | DType::F16 => src.dtype,
+                    _ => DType::F32,
+                }
+            }
+            TensorKind::Linear(_) | TensorKind::Embedding => DType::BF16,
+            TensorKind::Norm | TensorKind::Conv | TensorKind::Param => DType::F32,
+        };
+        Ok(Action::Plain { name: e.name.clone(), src, out })
     }
-    let src = plain_source(ck, &from, used)?;
-    let module = LM_HEAD.to_string();
-    let (rows, cols) = (e.shape[0], e.shape[1]);
-    let kept = opts.keep.iter().any(|g| glob_match(g, LM_HEAD));
-    // An unquantized head is BF16, or with `QuantMode::Keep` the checkpoint's own dtype.
-    let plain = match src.dtype {
-        DType::F32 | DType::F16 if opts.quant == QuantMode::Keep => src.dtype,
-        _ => DType::BF16,
-    };
-    Ok(match opts.head_format() {
-        _ if kept || ck.modelopt => Action::Plain { name: e.name.clone(), src, out: plain },
-        HeadFormat::Q8 if cols % crate::head::Q8_GROUP as u64 == 0 => {
-            Action::QuantizeQ8 { module, src, rows, cols }
+
+    /// The output head as [`ImportOptions::head_format`] says; a tied model's
+    /// separate copy is quantized from the embedding.
+    fn head(&mut self, e: &ExpectedTensor) -> Result<Action<'a>> {
+        let (ck, opts) = (self.ck, self.opts);
+        let mut from = e.clone();
+        if ck.config.tie_word_embeddings {
+            from.name = "model.embed_tokens.weight".into();
         }
-        HeadFormat::Nvfp4 if cols % GROUP as u64 == 0 => {
-            Action::Quantize { module, src, rows, cols }
+        let src = self.plain_source(&from)?;
+        let module = LM_HEAD.to_string();
+        let (rows, cols) = (e.shape[0], e.shape[1]);
+        let kept = opts.keep.iter().any(|g| glob_match(g, LM_HEAD));
+        // An unquantized head is BF16, or with `QuantMode::Keep` the checkpoint's own dtype.
+        let plain = match src.dtype {
+            DType::F32 | DType::F16 if opts.quant == QuantMode::Keep => src.dtype,
+            _ => DType::BF16,
+        };
+        Ok(match opts.head_format() {
+            _ if kept || ck.modelopt => Action::Plain { name: e.name.clone(), src, out: plain },
+            HeadFormat::Q8 if cols % crate::head::Q8_GROUP as u64 == 0 => {
+                Action::QuantizeQ8 { module, src, rows, cols }
+            }
+            HeadFormat::Nvfp4 if cols % GROUP as u64 == 0 => {
+                Action::Quantize { module, src, rows, cols }
+            }
+            _ => Action::Plain { name: e.name.clone(), src, out: plain },
+        })
+    }
+
+    fn plain_source(&mut self, e: &ExpectedTensor) -> Result<TensorRef<'a>> {
+        let ck = self.ck;
+        let src = ck.get(&e.name).ok_or_else(|| PackError::MissingTensor {
+            file: ck.dir.clone(),
+            tensor: e.name.clone(),
+        })?;
+        if !src.dtype.is_float() {
+            return Err(PackError::BadTensor {
+                file: ck.file_of(&e.name),
+                tensor: src.name.to_string(),
+                reason: format!("dtype {} is not a floating-point type", src.dtype),
+            });
         }
-        _ => Action::Plain { name: e.name.clone(), src, out: plain },
-    })
-}
-
-fn plain_source<'a>(
-    ck: &'a HfCheckpoint,
-    e: &ExpectedTensor,
-    used: &mut HashSet<String>,
-) -> Result<TensorRef<'a>> {
-    let src = ck
-        .get(&e.name)
-        .ok_or_else(|| PackError::MissingTensor { file: ck.dir.clone(), tensor: e.name.clone() })?;
-    if !src.dtype.is_float() {
-        return Err(PackError::BadTensor {
-            file: ck.file_of(&e.name),
-            tensor: src.name.to_string(),
-            reason: format!("dtype {} is not a floating-point type", src.dtype),
-        });
+        if src.shape != e.shape.as_slice() {
+            return Err(PackError::ShapeMismatch {
+                file: ck.file_of(&e.name),
+                tensor: src.name.to_string(),
+                expected: e.shape.clone(),
+                found: src.shape.to_vec(),
+            });
+        }
+        self.used.insert(e.name.clone());
+        Ok(src)
     }
-    if src.shape != e.shape.as_slice() {
-        return Err(PackError::ShapeMismatch {
-            file: ck.file_of(&e.name),
-            tensor: src.name.to_string(),
-            expected: e.shape.clone(),
-            found: src.shape.to_vec(),
-        });
-    }
-    used.insert(e.name.clone());
-    Ok(src)
-}
 
-fn plan_copy<'a>(
-    ck: &'a HfCheckpoint,
-    e: &ExpectedTensor,
-    module: &str,
-    used: &mut HashSet<String>,
-) -> Result<Action<'a>> {
-    let file = ck.file_of(&e.name);
-    if !ck.modelopt {
-        return Err(PackError::BadTensor {
+    fn copy(&mut self, e: &ExpectedTensor, module: &str) -> Result<Action<'a>> {
+        let ck = self.ck;
+        let file = ck.file_of(&e.name);
+        if !ck.modelopt {
+            return Err(PackError::BadTensor {
             file,
             tensor: e.name.clone(),
             reason: "U8 weight but the checkpoint declares no ModelOpt NVFP4 quantization (hf_quant_config.json)".into(),
         });
-    }
-    let (n, k) = (e.shape[0], e.shape[1]);
-    let specs: [(&str, DType, Vec<u64>, bool); 4] = [
-        ("weight", DType::U8, vec![n, k / 2], true),
-        ("weight_scale", DType::F8E4M3, vec![n, k / GROUP as u64], true),
-        ("weight_scale_2", DType::F32, vec![], true),
-        ("input_scale", DType::F32, vec![], false),
-    ];
-    let mut parts = Vec::new();
-    for (suffix, dtype, shape, required) in specs {
-        let name = format!("{module}.{suffix}");
-        let Some(t) = ck.get(&name) else {
-            if required {
-                return Err(PackError::MissingTensor { file: file.clone(), tensor: name });
-            }
-            continue;
-        };
-        // ModelOpt writes scalars as shape [] (some tools use [1]).
-        let shape_ok = t.shape == shape.as_slice() || (shape.is_empty() && t.shape == [1]);
-        if t.dtype != dtype || !shape_ok || k % GROUP as u64 != 0 {
-            return Err(PackError::ShapeMismatch {
-                file: ck.file_of(&name),
-                tensor: t.name.to_string(),
-                expected: shape,
-                found: t.shape.to_vec(),
-            });
         }
-        used.insert(name.clone());
-        parts.push((name, t));
+        let (n, k) = (e.shape[0], e.shape[1]);
+        let mut parts = Vec::new();
+        for (suffix, dtype, shape, required) in crate::nvfp4::stored_parts(n, k) {
+            let name = format!("{module}.{suffix}");
+            let Some(t) = ck.get(&name) else {
+                if required {
+                    return Err(PackError::MissingTensor { file: file.clone(), tensor: name });
+                }
+                continue;
+            };
+            // ModelOpt writes scalars as shape [] (some tools use [1]).
+            let shape_ok = t.shape == shape.as_slice() || (shape.is_empty() && t.shape == [1]);
+            if t.dtype != dtype || !shape_ok || k % GROUP as u64 != 0 {
+                return Err(PackError::ShapeMismatch {
+                    file: ck.file_of(&name),
+                    tensor: t.name.to_string(),
+                    expected: shape,
+                    found: t.shape.to_vec(),
+                });
+            }
+            self.used.insert(name.clone());
+            parts.push((name, t));
+        }
+        Ok(Action::Copy { module: module.to_string(), parts })
     }
-    Ok(Action::Copy { module: module.to_string(), parts })
 }
 
 fn specs_of(actions: &[Action<'_>]) -> (Vec<TensorSpec>, BTreeMap<String, Scheme>) {
