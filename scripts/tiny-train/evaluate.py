@@ -123,6 +123,15 @@ def samples(model, tok, max_new: int) -> list:
     return outs
 
 
+def emit_json(result: dict, path) -> None:
+    """Prints `result` as JSON and, when `path` is given, writes it there too."""
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    print(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -147,12 +156,7 @@ def main() -> None:
     t0 = time.time()
     outs = samples(model, tok, args.max_new)
     print(f"generated in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    result = {"tokenizer": tok_check, **metrics, "samples": outs}
-    text = json.dumps(result, indent=2, ensure_ascii=False)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    emit_json({"tokenizer": tok_check, **metrics, "samples": outs}, args.json)
 
 
 if __name__ == "__main__":

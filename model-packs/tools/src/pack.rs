@@ -273,16 +273,9 @@ pub fn check_tensors(file: &Path, manifest: &Manifest, header: &SafetensorsHeade
     for e in &expected {
         if let Some(m) = e.module() {
             linear_modules.insert(m.to_string());
-            match manifest.quantization.modules.get(m) {
-                Some(Scheme::Nvfp4) => {
-                    check_nvfp4(file, header, e, m, &mut used)?;
-                    continue;
-                }
-                Some(Scheme::Q8) => {
-                    check_q8(file, header, e, m, &mut used)?;
-                    continue;
-                }
-                None => {}
+            if let Some(&scheme) = manifest.quantization.modules.get(m) {
+                check_quantized(file, header, e, m, scheme, &mut used)?;
+                continue;
             }
         }
         check_plain(file, header, e)?;
@@ -331,47 +324,41 @@ fn check_plain(file: &Path, header: &SafetensorsHeader, e: &ExpectedTensor) -> R
     Ok(())
 }
 
-fn check_nvfp4(
+/// Checks a quantized module `module` (expected as `e`) stored as `scheme`.
+fn check_quantized(
     file: &Path,
     header: &SafetensorsHeader,
     e: &ExpectedTensor,
     module: &str,
+    scheme: Scheme,
     used: &mut HashSet<String>,
 ) -> Result<()> {
     let (n, k) = (e.shape[0], e.shape[1]);
-    if k % GROUP as u64 != 0 || !matches!(e.kind, TensorKind::Linear(_)) {
-        return Err(PackError::BadTensor {
-            file: file.to_path_buf(),
-            tensor: e.name.clone(),
-            reason: format!(
-                "listed as NVFP4 but its input dimension {k} is not a multiple of {GROUP}"
-            ),
-        });
+    let q8_group = crate::head::Q8_GROUP as u64;
+    let (fits, parts, why) = match scheme {
+        Scheme::Nvfp4 => (
+            k % GROUP as u64 == 0 && matches!(e.kind, TensorKind::Linear(_)),
+            crate::nvfp4::stored_parts(n, k).to_vec(),
+            format!("listed as NVFP4 but its input dimension {k} is not a multiple of {GROUP}"),
+        ),
+        Scheme::Q8 => (
+            k % q8_group == 0 && module == crate::head::LM_HEAD,
+            vec![
+                ("weight", DType::I8, vec![n, k], true),
+                ("weight_scale", DType::F16, vec![n, k / q8_group], true),
+            ],
+            format!("listed as q8, which only `lm_head` with a multiple of {q8_group} columns may be (input dimension {k})"),
+        ),
+    };
+    if !fits {
+        let tensor = e.name.clone();
+        return Err(PackError::BadTensor { file: file.to_path_buf(), tensor, reason: why });
     }
-    check_parts(file, header, module, "NVFP4", &crate::nvfp4::stored_parts(n, k), used)
-}
-
-fn check_q8(
-    file: &Path,
-    header: &SafetensorsHeader,
-    e: &ExpectedTensor,
-    module: &str,
-    used: &mut HashSet<String>,
-) -> Result<()> {
-    let (n, k) = (e.shape[0], e.shape[1]);
-    let group = crate::head::Q8_GROUP as u64;
-    if k % group != 0 || module != crate::head::LM_HEAD {
-        return Err(PackError::BadTensor {
-            file: file.to_path_buf(),
-            tensor: e.name.clone(),
-            reason: format!("listed as q8, which only `lm_head` with a multiple of {group} columns may be (input dimension {k})"),
-        });
-    }
-    let parts = [
-        ("weight", DType::I8, vec![n, k], true),
-        ("weight_scale", DType::F16, vec![n, k / group], true),
-    ];
-    check_parts(file, header, module, "q8", &parts, used)
+    let label = match scheme {
+        Scheme::Nvfp4 => "NVFP4",
+        Scheme::Q8 => "q8",
+    };
+    check_parts(file, header, module, label, &parts, used)
 }
 
 /// Checks the stored parts (`suffix`, dtype, shape, required) of a quantized
