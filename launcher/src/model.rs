@@ -106,7 +106,7 @@ pub fn tokenizer_path(dir: &Path) -> PathBuf {
         return dir.to_path_buf();
     }
     if dir.join("pack.toml").is_file() {
-        if let Ok(m) = kore_pack::Manifest::load(dir) {
+        if let Ok(m) = kore_pack::manifest::load(dir) {
             return dir.join(m.tokenizer.file);
         }
     }

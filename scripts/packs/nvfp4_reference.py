@@ -19,7 +19,7 @@ ModelOpt; kore-pack (and this reference) write codes 0, scales 1.0, s2 = 0.
 If `modelopt` (nvidia-modelopt) and torch import, every case is also checked
 byte for byte against ModelOpt's own NVFP4QTensor.quantize.
 
-Writes model-packs/tests/fixtures/nvfp4_reference.safetensors with, per case,
+Writes model-packs/tools/tests/fixtures/nvfp4_reference.safetensors with, per case,
 `caseN.input` (BF16 or F32) and the expected `caseN.weight` (U8),
 `caseN.weight_scale` (F8_E4M3) and `caseN.weight_scale_2` (F32 scalar).
 The Rust test `nvfp4_reference` asserts kore-pack produces identical bytes.
@@ -201,7 +201,7 @@ def modelopt_check(inputs, expected):
 def main():
     ap = argparse.ArgumentParser()
     root = Path(__file__).resolve().parents[2]
-    ap.add_argument("--out", default=root / "model-packs/tests/fixtures/nvfp4_reference.safetensors")
+    ap.add_argument("--out", default=root / "model-packs/tools/tests/fixtures/nvfp4_reference.safetensors")
     ap.add_argument("--no-modelopt", action="store_true")
     args = ap.parse_args()
     inputs, expected, tensors = [], [], []

@@ -20,7 +20,10 @@ import random
 import sys
 from pathlib import Path
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from qwen_pipeline import set_qwen_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "appliance/tokenizer/tests/data"
@@ -99,13 +102,7 @@ def corpus() -> list[str]:
 
 def train_small(texts: list[str]) -> Tokenizer:
     tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    set_qwen_pipeline(tok, PATTERN)
     trainer = trainers.BpeTrainer(
         vocab_size=1200,
         min_frequency=2,

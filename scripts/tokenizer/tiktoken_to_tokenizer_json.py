@@ -73,7 +73,10 @@ def merge_split(ranks: dict[bytes, int], token: bytes, max_rank: int) -> list[by
 
 
 def convert(ranks: dict[bytes, int], specials, pattern: str, out: Path) -> None:
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import AddedToken, Tokenizer, models
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from qwen_pipeline import set_qwen_pipeline
 
     alphabet = bytes_to_unicode()
     to_str = lambda b: "".join(alphabet[x] for x in b)  # noqa: E731
@@ -93,13 +96,7 @@ def convert(ranks: dict[bytes, int], specials, pattern: str, out: Path) -> None:
     print(f"vocab {len(vocab)}, merges {len(merges)}, tokens without a merge {unreachable}")
 
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    set_qwen_pipeline(tok, pattern)
     for want_id, content in sorted(specials):
         special = content not in NOT_SPECIAL
         added = AddedToken(content, normalized=False, special=special)

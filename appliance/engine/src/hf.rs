@@ -1,8 +1,10 @@
-//! Loading a Hugging Face model directory as people download it:
+//! Kore's one reader of a Hugging Face model directory as people download it
+//! (the engine runs from it; `pack import` reads through it):
 //! `config.json` plus one `model.safetensors` or shards listed in
-//! `model.safetensors.index.json`, memory-mapped, never copied. Tensor names
-//! of multimodal checkpoints (`model.language_model.…`) are mapped to the
-//! text model's (`model.…`); vision tower tensors are ignored.
+//! `model.safetensors.index.json`, memory-mapped, never copied, every header
+//! checked by the strict parser. Tensor names of multimodal checkpoints
+//! (`model.language_model.…`) are mapped to the text model's (`model.…`);
+//! vision tower tensors and the like are set aside ([`canonical`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -13,7 +15,7 @@ use memmap2::Mmap;
 
 use crate::config::{ConfigError, ModelConfig};
 use crate::model::{LoadError, Model};
-use crate::safetensors::{parse_header, view_of, Entry, SafetensorsError};
+use crate::safetensors::{HeaderError, TensorIndex, TensorInfo, PAD_PREFIX};
 use crate::tensor::{TensorSource, TensorView};
 
 /// What went wrong opening a Hugging Face model directory.
@@ -42,7 +44,7 @@ pub enum HfError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        source: SafetensorsError,
+        source: HeaderError,
     },
     /// `model.safetensors.index.json` is malformed or disagrees with the shards.
     Index {
@@ -93,8 +95,8 @@ impl std::error::Error for HfError {}
 /// One memory-mapped safetensors file.
 struct Shard {
     path: PathBuf,
-    map: Option<Mmap>,
-    entries: BTreeMap<String, Entry>,
+    map: Mmap,
+    index: TensorIndex,
 }
 
 impl Shard {
@@ -103,19 +105,21 @@ impl Shard {
         let file = File::open(&path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len < 8 {
-            return Err(HfError::Safetensors { path, source: SafetensorsError::TooShort });
+            let what = "the 8-byte header length".into();
+            let source = HeaderError::Truncated { what, needed: 8, actual: len };
+            return Err(HfError::Safetensors { path, source });
         }
         // SAFETY: the file is mapped read-only and we never write through the
         // map; as with any mmap, the user must not truncate or rewrite the
         // model files while the process runs (documented on `HfModelDir`).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let entries = parse_header(&map)
+        let index = TensorIndex::parse(&map)
             .map_err(|source| HfError::Safetensors { path: path.clone(), source })?;
-        Ok(Shard { path, map: Some(map), entries })
+        Ok(Shard { path, map, index })
     }
 
-    fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or(&[])
+    fn contains(&self, name: &str) -> bool {
+        self.index.header().get(name).is_some()
     }
 }
 
@@ -128,6 +132,8 @@ pub struct HfModelDir {
     shards: Vec<Shard>,
     /// Canonical name -> (shard index, name in the file).
     index: BTreeMap<String, (usize, String)>,
+    /// Names (as in the files) of the tensors left out by [`canonical`].
+    dropped: Vec<String>,
 }
 
 impl fmt::Debug for HfModelDir {
@@ -139,15 +145,41 @@ impl fmt::Debug for HfModelDir {
     }
 }
 
-/// The engine's name for a checkpoint tensor, or `None` to ignore it.
-fn canonical(name: &str) -> Option<String> {
-    if name.starts_with("model.visual.") || name.starts_with("visual.") {
+/// The canonical (engine and pack) name of a checkpoint tensor, or `None` for
+/// one the text model never uses (vision tower, KV-cache scales, RoPE caches,
+/// Kore's alignment padding).
+pub fn canonical(name: &str) -> Option<String> {
+    let renamed = if let Some(rest) = name.strip_prefix("model.language_model.") {
+        format!("model.{rest}")
+    } else if let Some(rest) = name.strip_prefix("language_model.model.") {
+        format!("model.{rest}")
+    } else if let Some(rest) = name.strip_prefix("language_model.") {
+        rest.to_string()
+    } else if let Some(rest) = name.strip_prefix("model.mtp.") {
+        format!("mtp.{rest}")
+    } else {
+        name.to_string()
+    };
+    let vision = renamed.starts_with("model.visual.")
+        || renamed.starts_with("visual.")
+        || renamed.contains("vision_tower");
+    let kv_scale = renamed.ends_with(".k_scale") || renamed.ends_with(".v_scale");
+    let pad = renamed.starts_with(PAD_PREFIX);
+    if vision || kv_scale || pad || renamed.ends_with("rotary_emb.inv_freq") {
         return None;
     }
-    match name.strip_prefix("model.language_model.") {
-        Some(rest) => Some(format!("model.{rest}")),
-        None => Some(name.to_string()),
-    }
+    Some(renamed)
+}
+
+/// One tensor as the checkpoint stores it.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredTensor<'a> {
+    /// The file holding it.
+    pub file: &'a Path,
+    /// Its header entry (original name, dtype, shape).
+    pub info: &'a TensorInfo,
+    /// Its bytes.
+    pub data: &'a [u8],
 }
 
 impl HfModelDir {
@@ -161,9 +193,13 @@ impl HfModelDir {
             .map_err(|source| HfError::Io { path: config_path.clone(), source })?;
         let shards = open_shards(dir)?;
         let mut index: BTreeMap<String, (usize, String)> = BTreeMap::new();
+        let mut dropped = Vec::new();
         for (i, shard) in shards.iter().enumerate() {
-            for name in shard.entries.keys() {
-                let Some(c) = canonical(name) else { continue };
+            for name in shard.index.names() {
+                let Some(c) = canonical(name) else {
+                    dropped.push(name.to_string());
+                    continue;
+                };
                 if let Some((j, other)) = index.get(&c) {
                     let files = (
                         format!("{} as `{other}`", shards[*j].path.display()),
@@ -171,10 +207,10 @@ impl HfModelDir {
                     );
                     return Err(HfError::DuplicateTensor { name: c, files });
                 }
-                index.insert(c, (i, name.clone()));
+                index.insert(c, (i, name.to_string()));
             }
         }
-        Ok(HfModelDir { dir: dir.to_path_buf(), config_path, config_bytes, shards, index })
+        Ok(HfModelDir { dir: dir.to_path_buf(), config_path, config_bytes, shards, index, dropped })
     }
 
     /// The model directory.
@@ -203,13 +239,29 @@ impl HfModelDir {
     pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
         self.index.keys().map(String::as_str)
     }
+
+    /// Tensors of the files that no canonical name maps to (see [`canonical`]).
+    pub fn dropped(&self) -> &[String] {
+        &self.dropped
+    }
+
+    /// Canonical tensor `name` as stored: file, header entry and bytes.
+    pub fn stored(&self, name: &str) -> Option<StoredTensor<'_>> {
+        let (i, orig) = self.index.get(name)?;
+        let shard = &self.shards[*i];
+        let header = shard.index.header();
+        let info = header.get(orig)?;
+        let start = usize::try_from(header.data_start + info.start).ok()?;
+        let end = usize::try_from(header.data_start + info.end).ok()?;
+        Some(StoredTensor { file: &shard.path, info, data: shard.map.get(start..end)? })
+    }
 }
 
 impl TensorSource for HfModelDir {
     fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
         let (i, orig) = self.index.get(name)?;
         let shard = &self.shards[*i];
-        Some(view_of(shard.bytes(), &shard.entries[orig]))
+        shard.index.view(&shard.map, orig)
     }
 
     fn location(&self, name: &str) -> String {
@@ -289,7 +341,7 @@ fn open_indexed(dir: &Path, index_path: &Path) -> Result<Vec<Shard>, HfError> {
     for (tensor, file) in map {
         let file = file.as_str().unwrap_or_default();
         let pos = files.iter().position(|f| f == file).unwrap_or(0);
-        if !shards[pos].entries.contains_key(tensor) {
+        if !shards[pos].contains(tensor) {
             return Err(bad(format!(
                 "weight_map puts `{tensor}` in {file}, but that file does not contain it"
             )));

@@ -2,8 +2,10 @@
 //! full attention), `no_std + alloc` at its core so the same code runs in the
 //! Kore guest and natively on the host.
 //!
-//! - [`config`]: `ModelConfig` from a Hugging Face `config.json`.
-//! - [`tensor`], [`safetensors`], [`source`]: borrowed tensors and where they come from.
+//! - [`config`]: `ModelConfig` from a Hugging Face `config.json`, and
+//!   [`safetensors`]: the strict reader (both re-exported from kore-pack-format,
+//!   the one home of the pack and number formats).
+//! - [`tensor`], [`source`]: borrowed tensors and where they come from.
 //! - [`weights`]: `Linear` (F32/BF16/F16/NVFP4), borrowed in place.
 //! - [`kernels`]: the matrix products; [`simd`]: their AVX2/AVX-512 paths and
 //!   runtime dispatch; [`pool`]: the worker pool they split rows across.
@@ -18,7 +20,8 @@
 extern crate alloc;
 
 pub mod bench;
-pub mod config;
+/// The model configuration and its `config.json` reader (from kore-pack-format).
+pub use kore_pack_format::config;
 pub mod generate;
 #[cfg(feature = "std")]
 pub mod hf;
@@ -27,7 +30,8 @@ pub mod model;
 pub mod ops;
 pub mod options;
 pub mod pool;
-pub mod safetensors;
+/// The strict safetensors reader (from kore-pack-format).
+pub use kore_pack_format::safetensors;
 pub mod sampling;
 pub mod simd;
 pub mod source;

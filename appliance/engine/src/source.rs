@@ -25,8 +25,8 @@ impl MemorySource {
     /// nothing when the byte length does not match dtype and shape.
     pub fn insert_raw(&mut self, name: &str, dtype: DType, shape: &[usize], data: Vec<u8>) -> bool {
         let numel: Option<usize> = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        match (numel, dtype.size()) {
-            (Some(n), Some(s)) if n.checked_mul(s) == Some(data.len()) => {
+        match numel.and_then(|n| n.checked_mul(dtype.size())) {
+            Some(len) if len == data.len() => {
                 self.tensors.insert(name.to_string(), (dtype, shape.to_vec(), data));
                 true
             }

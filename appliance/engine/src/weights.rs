@@ -119,23 +119,8 @@ pub(crate) fn q8_scale(scales: &[u8], b: usize) -> f32 {
     half::f16::from_le_bytes([scales[2 * b], scales[2 * b + 1]]).to_f32()
 }
 
-/// E2M1 magnitudes for codes 0-7 (bit 3 is the sign).
-const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
-
-/// Decodes an FP8 E4M3 (`fn` variant: no infinities, 0x7F/0xFF are NaN).
-pub fn e4m3_to_f32(b: u8) -> f32 {
-    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
-    let e = ((b >> 3) & 0x0F) as i32;
-    let m = (b & 0x07) as f32;
-    if e == 0x0F && b & 0x07 == 0x07 {
-        return f32::NAN;
-    }
-    if e == 0 {
-        sign * m * libm::ldexpf(1.0, -9)
-    } else {
-        sign * (1.0 + m / 8.0) * libm::ldexpf(1.0, e - 7)
-    }
-}
+/// The FP4/FP8 decoders live with the formats; re-exported for the kernels.
+pub use kore_pack_format::fp::{e2m1_to_f32, e4m3_to_f32};
 
 /// Every E4M3 byte decoded by the bit trick the SIMD kernels use (checked
 /// against [`e4m3_to_f32`] in the tests).
@@ -158,16 +143,6 @@ const fn e4m3_table() -> [f32; 256] {
         b += 1;
     }
     t
-}
-
-/// Decodes one E2M1 code (low 4 bits).
-pub fn e2m1_to_f32(code: u8) -> f32 {
-    let v = E2M1[(code & 7) as usize];
-    if code & 8 != 0 {
-        -v
-    } else {
-        v
-    }
 }
 
 impl<'a> Linear<'a> {
@@ -206,7 +181,7 @@ impl<'a> Linear<'a> {
         }
         match *self {
             Linear::Dense { dtype, data, cols, .. } => {
-                let es = dtype.size().unwrap_or(4);
+                let es = dtype.size();
                 Linear::Dense { dtype, data: &data[..k * cols * es], rows: k, cols }
             }
             Linear::Nvfp4 { packed, scales, global_scale, cols, .. } => Linear::Nvfp4 {
@@ -229,7 +204,7 @@ impl<'a> Linear<'a> {
     pub fn decode_row(&self, r: usize, out: &mut [f32]) {
         match *self {
             Linear::Dense { dtype, data, cols, .. } => {
-                let es = dtype.size().unwrap_or(4);
+                let es = dtype.size();
                 let row = &data[r * cols * es..(r + 1) * cols * es];
                 decode_dense(dtype, row, &mut out[..cols]);
             }
@@ -429,28 +404,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn e4m3_matches_known_values() {
-        assert_eq!(e4m3_to_f32(0x00), 0.0);
-        assert_eq!(e4m3_to_f32(0x38), 1.0); // e=7, m=0
-        assert_eq!(e4m3_to_f32(0x7E), 448.0); // largest finite
-        assert_eq!(e4m3_to_f32(0x01), libm::ldexpf(1.0, -9)); // smallest subnormal
-        assert_eq!(e4m3_to_f32(0xC0), -2.0);
-        assert!(e4m3_to_f32(0x7F).is_nan());
-    }
-
-    #[test]
     fn e4m3_table_matches_decoder() {
         for b in 0..=255u8 {
             let (t, d) = (E4M3_TABLE[b as usize], e4m3_to_f32(b));
             assert!(t.to_bits() == d.to_bits() || (t.is_nan() && d.is_nan()), "byte {b:#x}");
         }
-    }
-
-    #[test]
-    fn e2m1_table() {
-        let v: Vec<f32> = (0..16).map(e2m1_to_f32).collect();
-        assert_eq!(&v[..8], &E2M1);
-        assert_eq!(v[15], -6.0);
-        assert_eq!(v[9], -0.5);
     }
 }

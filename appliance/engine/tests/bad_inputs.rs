@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kore_engine::hf::{HfError, HfModelDir};
-use kore_engine::safetensors::parse_header;
+use kore_engine::safetensors::Safetensors;
 use kore_engine::weights::WeightErrorKind;
 use kore_engine::{ConfigError, ForwardError, LoadError, Logits};
 
@@ -37,11 +37,11 @@ type Tensor = (String, String, Vec<usize>, Vec<u8>);
 
 fn read_tensors(path: &Path) -> Vec<Tensor> {
     let bytes = std::fs::read(path).unwrap();
-    parse_header(&bytes)
-        .unwrap()
-        .into_iter()
-        .map(|(n, e)| {
-            (n, e.dtype.name().to_string(), e.shape.clone(), bytes[e.start..e.end].to_vec())
+    let st = Safetensors::parse(&bytes).unwrap();
+    st.names()
+        .map(|n| {
+            let t = st.get(n).unwrap();
+            (n.to_string(), t.dtype.name().to_string(), t.shape.to_vec(), t.data.to_vec())
         })
         .collect()
 }

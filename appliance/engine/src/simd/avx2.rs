@@ -4,9 +4,8 @@
 
 use core::arch::x86_64::*;
 
-/// E2M1 code -> value (bit 3 = sign).
-pub(crate) const E2M1_LUT: [f32; 16] =
-    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+/// E2M1 code -> value (bit 3 = sign), the format crate's table.
+pub(crate) use kore_pack_format::fp::E2M1_VALUES as E2M1_LUT;
 
 #[inline]
 #[target_feature(enable = "avx2,fma")]

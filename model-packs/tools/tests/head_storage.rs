@@ -1,0 +1,90 @@
+//! `--head bf16|q8|nvfp4`: what import and synth write, that it verifies and
+//! loads, that a tied model's separate head is the quantized embedding, and
+//! that a q8 scheme anywhere but the head is rejected.
+
+mod common;
+
+use common::{temp_dir, tiny_config, write_hf_dir};
+use kore_engine::Linear;
+use kore_pack::head::{quantize_q8_row, HeadFormat};
+use kore_pack::import::{import, ImportOptions};
+use kore_pack::manifest::Scheme;
+use kore_pack::pack::verify;
+use kore_pack::{LinearRef, NoProgress, Pack};
+
+fn tied() -> kore_pack::PackConfig {
+    kore_pack::PackConfig { tie_word_embeddings: true, ..tiny_config() }
+}
+
+#[test]
+fn tied_import_gets_a_separate_q8_head_from_the_embedding() {
+    let hf = temp_dir("hf-tied");
+    let values = write_hf_dir(&hf, &tied(), 4);
+    let out = temp_dir("pack-tied-q8");
+    import(&hf, &out, &ImportOptions::default(), &NoProgress).unwrap();
+    verify(&out, &NoProgress).unwrap();
+    let pack = Pack::open(&out).unwrap();
+    assert_eq!(pack.manifest().quantization.modules.get("lm_head"), Some(&Scheme::Q8));
+    let Some(LinearRef::Q8 { weight, weight_scale }) = pack.linear("lm_head") else {
+        panic!("no q8 head")
+    };
+    let embed = &values.iter().find(|(n, _)| n == "model.embed_tokens.weight").unwrap().1;
+    let (mut q, mut s) = (Vec::new(), Vec::new());
+    for row in embed.chunks_exact(tied().hidden_size as usize) {
+        quantize_q8_row(row, &mut q, &mut s).unwrap();
+    }
+    assert_eq!((weight.data, weight_scale.data), (q.as_slice(), s.as_slice()));
+    let model = pack.model().unwrap();
+    assert!(matches!(model.lm_head, Linear::Q8 { .. }));
+    assert!(matches!(model.embed_tokens, Linear::Dense { .. }), "the embedding stays bf16");
+    let logits = model.forward(&mut model.new_state(), &[1, 2, 3], kore_engine::Logits::Last);
+    assert!(logits.unwrap().iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn every_head_format_synthesizes_verifies_and_loads() {
+    for (cfg, tag) in [(tied(), "tied"), (tiny_config(), "untied")] {
+        for head in [HeadFormat::Bf16, HeadFormat::Q8, HeadFormat::Nvfp4] {
+            let out = temp_dir(&format!("synth-{tag}-{head}"));
+            kore_pack::synth::synth_config_with("t", cfg.clone(), &out, 3, Some(head), &NoProgress)
+                .unwrap();
+            verify(&out, &NoProgress).unwrap();
+            let pack = Pack::open(&out).unwrap();
+            let model = pack.model().unwrap();
+            let scheme = pack.manifest().quantization.modules.get("lm_head").copied();
+            match head {
+                HeadFormat::Bf16 => {
+                    assert_eq!(scheme, None);
+                    assert!(matches!(model.lm_head, Linear::Dense { .. }), "{tag}");
+                }
+                HeadFormat::Q8 => {
+                    assert_eq!(scheme, Some(Scheme::Q8));
+                    assert!(matches!(model.lm_head, Linear::Q8 { .. }), "{tag}");
+                }
+                HeadFormat::Nvfp4 => {
+                    assert_eq!(scheme, Some(Scheme::Nvfp4));
+                    assert!(matches!(model.lm_head, Linear::Nvfp4 { .. }), "{tag}");
+                }
+            }
+            let logits = model.forward(&mut model.new_state(), &[5, 6], kore_engine::Logits::Last);
+            assert!(logits.unwrap().iter().all(|v| v.is_finite()), "{tag} {head}");
+            std::fs::remove_dir_all(out).unwrap();
+        }
+    }
+}
+
+#[test]
+fn q8_is_only_for_the_head() {
+    let out = temp_dir("synth-q8-misplaced");
+    kore_pack::synth::synth_config_with("t", tied(), &out, 3, Some(HeadFormat::Q8), &NoProgress)
+        .unwrap();
+    let toml = out.join("pack.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    let bad =
+        text.replace("[quantization.modules]\n", "[quantization.modules]\n\"mtp.fc\" = \"q8\"\n");
+    assert_ne!(text, bad);
+    std::fs::write(&toml, bad).unwrap();
+    let Err(err) = Pack::open(&out) else { panic!("a q8 mtp.fc must be rejected") };
+    let err = err.to_string();
+    assert!(err.contains("q8"), "{err}");
+}
