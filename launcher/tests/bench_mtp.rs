@@ -37,17 +37,7 @@ fn num(v: &Value, key: &str) -> f64 {
     v[key].as_f64().unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
 }
 
-const CONTRACT: [&str; 9] = [
-    "measured_read_gbps",
-    "prefill_tok_per_s",
-    "decode_tok_per_s",
-    "step_ms",
-    "weight_bytes_per_step",
-    "achieved_gbps",
-    "bandwidth_fraction",
-    "tokens_per_step",
-    "threads",
-];
+use kore_service::engine::BENCH_POSITIVE_FIELDS as CONTRACT;
 
 #[test]
 fn mtp_3_reports_acceptance_per_position_and_speedup() {

@@ -98,3 +98,35 @@ pub fn tiny_pack() -> PathBuf {
 pub fn tiny_hf() -> PathBuf {
     repo_root().join("model-packs/tiny-hf")
 }
+
+/// A JSON-lines file (`batch` output) as values, one per line.
+pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// What a test that boots the appliance through `kore-launch` starts from:
+/// the images checked, the default pack, a scratch directory and a runtime
+/// directory inside it (for `up`'s socket and pid file).
+#[derive(Debug)]
+pub struct VmScratch {
+    /// The default pack's path, as a command-line argument.
+    pub pack: String,
+    /// The scratch directory (removed on drop).
+    pub dir: tempfile::TempDir,
+    /// `<dir>/rt`.
+    pub runtime: PathBuf,
+}
+
+impl VmScratch {
+    /// Fails the test when /dev/kvm or the guest images are missing.
+    pub fn new() -> VmScratch {
+        guest_images();
+        let pack = tiny_pack().to_str().expect("a UTF-8 path").to_string();
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let runtime = dir.path().join("rt");
+        VmScratch { pack, dir, runtime }
+    }
+}

@@ -92,11 +92,7 @@ fn batch_rows_equal_generate() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let rows: Vec<Value> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = kore_e2e::read_jsonl(&out);
     assert_eq!(rows.len(), 5);
     for (i, p) in prompts.iter().enumerate() {
         let g = json_of(&kore(&[

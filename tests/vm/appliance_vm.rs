@@ -69,10 +69,7 @@ fn kore_env(args: &[&str], runtime: &Path) -> Command {
 
 #[test]
 fn batch_through_the_vm_answers_every_line_in_order() {
-    kore_e2e::guest_images();
-    let pack = kore_e2e::tiny_pack().to_str().unwrap().to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = dir.path().join("rt");
+    let kore_e2e::VmScratch { pack, dir, runtime } = kore_e2e::VmScratch::new();
     let (input, out_vm, out_native) =
         (dir.path().join("in.jsonl"), dir.path().join("vm.jsonl"), dir.path().join("native.jsonl"));
     let speakers = ["ROMEO", "JULIET", "HAMLET", "KING", "QUEEN", "MERCUTIO", "LEAR"];
@@ -99,11 +96,7 @@ fn batch_through_the_vm_answers_every_line_in_order() {
         }
         let o = kore_env(&args, &runtime).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let rows: Vec<Value> = std::fs::read_to_string(out)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let rows = kore_e2e::read_jsonl(out);
         rows
     };
     let vm = run(&out_vm, false);
@@ -129,10 +122,7 @@ fn batch_through_the_vm_answers_every_line_in_order() {
 
 #[test]
 fn up_generate_attaches_status_down() {
-    kore_e2e::guest_images();
-    let pack = kore_e2e::tiny_pack().to_str().unwrap().to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = dir.path().join("rt");
+    let kore_e2e::VmScratch { pack, dir: _dir, runtime } = kore_e2e::VmScratch::new();
     let run = |args: &[&str], env: &[(&str, &str)]| {
         let mut c = kore_env(args, &runtime);
         c.envs(env.iter().copied());
@@ -169,11 +159,9 @@ fn up_generate_attaches_status_down() {
 
 #[test]
 fn a_hugging_face_directory_is_imported_for_the_vm() {
-    kore_e2e::guest_images();
-    let hf = kore_e2e::repo_root().join("model-packs/tiny-hf");
+    let kore_e2e::VmScratch { dir: _dir, runtime, .. } = kore_e2e::VmScratch::new();
+    let hf = kore_e2e::tiny_hf();
     let hf = hf.to_str().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = dir.path().join("rt");
     let args = ["generate", "--model", hf, "--prompt", "JULIET:", "--max-tokens", "12", "--json"];
     let vm = last_json(&kore_env(&args, &runtime).output().unwrap());
     let packs: Vec<_> = std::fs::read_dir(runtime.join("packs")).unwrap().flatten().collect();
@@ -196,10 +184,7 @@ fn a_hugging_face_directory_is_imported_for_the_vm() {
 /// onto the same path with `KORE_KERNELS`.
 #[test]
 fn every_guest_cpu_level_boots_and_equals_native_on_its_kernel_path() {
-    kore_e2e::guest_images();
-    let pack = kore_e2e::tiny_pack().to_str().unwrap().to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = dir.path().join("rt");
+    let kore_e2e::VmScratch { pack, dir: _dir, runtime } = kore_e2e::VmScratch::new();
     for (level, path) in [("x86-64-v3", "avx2"), ("x86-64-v2", "generic")] {
         let bench = ["bench", "--model", &pack, "--guest-cpu", level, "--json"];
         let bench = last_json(&kore_env(&bench, &runtime).output().unwrap());

@@ -91,11 +91,7 @@ fn up_attach_status_down() {
         &["batch", input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--concurrency", "2"],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let rows: Vec<Value> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = kore_e2e::read_jsonl(&out);
     assert_eq!((rows[0]["text"].as_str(), rows[1]["text"].as_str()), (Some("one"), Some("two")));
 
     let o = kore(&rt, false, &["down"]);

@@ -37,11 +37,8 @@ fn ask(line: &Value, dir: &Path, runtime: &Path) -> Value {
 
 #[test]
 fn ten_turn_chat_in_the_guest_reuses_earlier_turns() {
-    kore_e2e::guest_images();
-    let pack = kore_e2e::repo_root().join("model-packs/tiny");
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = dir.path().join("rt");
-    let o = kore(&["up", "--model", pack.to_str().unwrap()], &runtime);
+    let kore_e2e::VmScratch { pack, dir, runtime } = kore_e2e::VmScratch::new();
+    let o = kore(&["up", "--model", &pack], &runtime);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     struct Down<'a>(&'a Path);
     impl Drop for Down<'_> {
@@ -76,12 +73,8 @@ fn ten_turn_chat_in_the_guest_reuses_earlier_turns() {
 
 #[test]
 fn bench_concurrency_in_the_guest_and_natively() {
-    kore_e2e::guest_images();
-    let pack = kore_e2e::repo_root().join("model-packs/tiny");
-    let pack = pack.to_str().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = dir.path().join("rt");
-    let args = ["bench", "--model", pack, "--threads", "2", "--concurrency", "3", "--json"];
+    let kore_e2e::VmScratch { pack, dir: _dir, runtime } = kore_e2e::VmScratch::new();
+    let args = ["bench", "--model", &pack, "--threads", "2", "--concurrency", "3", "--json"];
     for native in [false, true] {
         let mut a = args.to_vec();
         if native {
@@ -98,8 +91,10 @@ fn bench_concurrency_in_the_guest_and_natively() {
         );
         assert!(one > 0.0 && (all - 3.0 * one).abs() <= 1e-6 * all, "native={native}: {v}");
     }
-    let o =
-        kore(&["bench", "--native", "--model", pack, "--mtp", "2", "--concurrency", "2"], &runtime);
+    let o = kore(
+        &["bench", "--native", "--model", &pack, "--mtp", "2", "--concurrency", "2"],
+        &runtime,
+    );
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("one sequence at a time"));
 }

@@ -405,15 +405,7 @@ fn bench_op_reports_kore_engine_bench_figures() {
         ],
     );
     let b = &events.iter().find(|e| e["id"] == json!(1)).expect("bench 1")["bench"];
-    for k in [
-        "measured_read_gbps",
-        "prefill_tok_per_s",
-        "decode_tok_per_s",
-        "step_ms",
-        "weight_bytes_per_step",
-        "achieved_gbps",
-        "bandwidth_fraction",
-    ] {
+    for k in kore_service::engine::BENCH_POSITIVE_FIELDS {
         assert!(b[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {b}");
     }
     assert_eq!(b["weight_bytes_per_step"].as_f64().unwrap(), model.weight_bytes_per_token() as f64);

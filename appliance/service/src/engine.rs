@@ -159,6 +159,20 @@ pub struct BenchRequest {
     pub concurrency: Option<u32>,
 }
 
+/// The [`BenchReport`] fields that are positive numbers in every report
+/// (CONTRACT.md's `bench --json`): what clients and tests check first.
+pub const BENCH_POSITIVE_FIELDS: [&str; 9] = [
+    "measured_read_gbps",
+    "prefill_tok_per_s",
+    "decode_tok_per_s",
+    "step_ms",
+    "weight_bytes_per_step",
+    "achieved_gbps",
+    "bandwidth_fraction",
+    "tokens_per_step",
+    "threads",
+];
+
 /// Benchmark results, field for field the `kore-launch bench --json` object.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
