@@ -63,22 +63,34 @@ fn config(kernel: &PathBuf) -> VmConfig {
     VmConfig::new(kernel).vcpus(1).memory_mib(128).hugepages(HugePageSize::Size2M)
 }
 
-/// Size in kB of this process's mappings backed by huge pages (reserved, touched or not):
-/// the `Size` of every /proc/self/smaps entry whose `KernelPageSize` is above 4 kB.
-fn hugetlb_mapped_kb() -> u64 {
+/// Sums `field` (kB) over this process's /proc/self/smaps entries whose
+/// `KernelPageSize` is huge (`huge`) or 4 kB (`!huge`).
+fn smaps_kb(field: &str, huge: bool) -> u64 {
     let s = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let (mut size, mut total) = (0u64, 0u64);
+    let (mut value, mut total) = (0u64, 0u64);
     for l in s.lines() {
         let mut f = l.split_whitespace();
         match f.next() {
-            Some("Size:") => size = f.next().unwrap().parse().unwrap(),
-            Some("KernelPageSize:") if f.next().unwrap().parse::<u64>().unwrap() > 4 => {
-                total += size
+            Some(k) if k.strip_suffix(':') == Some(field) => {
+                value = f.next().unwrap().parse().unwrap()
+            }
+            Some("KernelPageSize:") if (f.next().unwrap().parse::<u64>().unwrap() > 4) == huge => {
+                total += value
             }
             _ => {}
         }
     }
     total
+}
+
+/// Size in kB of this process's mappings backed by huge pages (reserved, touched or not).
+fn hugetlb_mapped_kb() -> u64 {
+    smaps_kb("Size", true)
+}
+
+/// This process's resident memory outside huge-page mappings, in kB (RSS minus guest RAM).
+fn rss_outside_hugetlb_kb() -> u64 {
+    smaps_kb("Rss", false)
 }
 
 /// The tests share this process's mappings: one VM at a time.
@@ -132,25 +144,8 @@ fn sigterm_stops_the_vm_and_releases_its_hugepages() {
     assert_eq!(hugetlb_mapped_kb(), 0, "hugepages released after teardown");
 }
 
-/// This process's resident memory outside huge-page mappings, in kB (RSS minus guest RAM).
-fn rss_outside_hugetlb_kb() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let (mut rss, mut total) = (0u64, 0u64);
-    for l in s.lines() {
-        let mut f = l.split_whitespace();
-        match f.next() {
-            Some("Rss:") => rss = f.next().unwrap().parse().unwrap(),
-            Some("KernelPageSize:") if f.next().unwrap().parse::<u64>().unwrap() == 4 => {
-                total += rss
-            }
-            _ => {}
-        }
-    }
-    total
-}
-
-/// Figures for docs/vmm.md (run by hand: `cargo test --release -p kore-vmm --test lifecycle
-/// -- --ignored --nocapture`; `KORE_PRELOAD_FILE` picks the file to preload, default a 1 GiB
+/// Figures for docs/vmm.md (run by hand: `cargo test --release -p kore-e2e --features e2e --test
+/// vmm_lifecycle -- --ignored --nocapture`; `KORE_PRELOAD_FILE` picks the file to preload, default a 1 GiB
 /// temporary file): VMM start to the guest's first instruction (a marker-port write is the
 /// kernel's first instruction), the preload rate from the page cache into hugepage guest
 /// RAM, and the VMM's memory beyond guest RAM (RSS outside hugetlb mappings, the test

@@ -262,7 +262,7 @@ fn loopback(len: usize) -> f64 {
     mbps(len, t.elapsed().as_secs_f64())
 }
 
-/// Figures for docs/vmm.md (run by hand: `cargo test --release -p kore-vmm --test vsock_vm
+/// Figures for docs/vmm.md (run by hand: `cargo test --release -p kore-e2e --features e2e --test vmm_vsock
 /// figures -- --ignored --nocapture`): one connection's throughput host->guest (kore-test-image
 /// `sink`) and guest->host (`source`), as ratios to a Unix-socket loopback measured in the
 /// same rounds (alternating), `KORE_VSOCK_TEST_MIB` per transfer.

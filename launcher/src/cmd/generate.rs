@@ -205,32 +205,47 @@ fn print_result(args: &GenerateArgs, prompt: &[u32], run: &Run, text: &str) -> R
         "tokens_per_step": run.tokens_per_step,
         "mtp_acceptance": run.acceptance,
     });
+    let summary = format!(
+        "prompt {} tokens, prefill {:.1} ms ({:.1} tok/s); generated {} tokens, decode {:.1} tok/s, {:.2} tokens/step",
+        prompt.len(),
+        run.prefill_s * 1e3,
+        rate(prompt.len(), run.prefill_s),
+        run.tokens.len(),
+        rate(run.decode_tokens, run.decode_s),
+        run.tokens_per_step
+    );
+    let stop_reason = if run.stopped { "stop_token" } else { "max_tokens" };
+    print_output(args.json.json, &run.tokens, text, stop_reason, &stats, &summary)
+}
+
+/// Prints a generation: the JSON object (`--json`, CONTRACT.md), else the
+/// text (or the ids when there is no text) on stdout and `summary` on stderr.
+fn print_output(
+    json: bool,
+    token_ids: &[u32],
+    text: &str,
+    stop_reason: &str,
+    stats: &serde_json::Value,
+    summary: &str,
+) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let io = |source| LaunchError::Io { path: "stdout".into(), source };
-    if args.json.json {
+    if json {
         let obj = json!({
-            "token_ids": run.tokens,
+            "token_ids": token_ids,
             "text": text,
-            "stop_reason": if run.stopped { "stop_token" } else { "max_tokens" },
+            "stop_reason": stop_reason,
             "stats": stats,
         });
         writeln!(out, "{obj}").map_err(io)?;
     } else {
-        if text.is_empty() && !run.tokens.is_empty() {
-            let ids: Vec<String> = run.tokens.iter().map(u32::to_string).collect();
+        if text.is_empty() && !token_ids.is_empty() {
+            let ids: Vec<String> = token_ids.iter().map(u32::to_string).collect();
             writeln!(out, "{}", ids.join(",")).map_err(io)?;
         } else {
             writeln!(out, "{text}").map_err(io)?;
         }
-        eprintln!(
-            "prompt {} tokens, prefill {:.1} ms ({:.1} tok/s); generated {} tokens, decode {:.1} tok/s, {:.2} tokens/step",
-            prompt.len(),
-            run.prefill_s * 1e3,
-            rate(prompt.len(), run.prefill_s),
-            run.tokens.len(),
-            rate(run.decode_tokens, run.decode_s),
-            run.tokens_per_step
-        );
+        eprintln!("{summary}");
     }
     Ok(())
 }
@@ -269,38 +284,20 @@ fn through_appliance(args: &GenerateArgs) -> Result<()> {
         None => done.text.clone(),
     };
     let stat = |k: &str| done.stats.get(k).cloned().unwrap_or(json!(0));
-    let mut out = std::io::stdout().lock();
-    let io = |source| LaunchError::Io { path: "stdout".into(), source };
-    if args.json.json {
-        let stop_reason = match done.finish.as_str() {
-            "stop" => "stop_token",
-            "length" => "max_tokens",
-            other => other,
-        };
-        let obj = json!({
-            "token_ids": done.token_ids,
-            "text": text,
-            "stop_reason": stop_reason,
-            "stats": done.stats,
-        });
-        writeln!(out, "{obj}").map_err(io)?;
-    } else {
-        if text.is_empty() && !done.token_ids.is_empty() {
-            let ids: Vec<String> = done.token_ids.iter().map(u32::to_string).collect();
-            writeln!(out, "{}", ids.join(",")).map_err(io)?;
-        } else {
-            writeln!(out, "{text}").map_err(io)?;
-        }
-        eprintln!(
-            "prompt {} tokens, prefill {} ms ({} tok/s); generated {} tokens, decode {} tok/s",
-            stat("prompt_tokens"),
-            stat("prefill_ms"),
-            stat("prefill_tok_per_s"),
-            done.token_ids.len(),
-            stat("decode_tok_per_s"),
-        );
-    }
-    Ok(())
+    let stop_reason = match done.finish.as_str() {
+        "stop" => "stop_token",
+        "length" => "max_tokens",
+        other => other,
+    };
+    let summary = format!(
+        "prompt {} tokens, prefill {} ms ({} tok/s); generated {} tokens, decode {} tok/s",
+        stat("prompt_tokens"),
+        stat("prefill_ms"),
+        stat("prefill_tok_per_s"),
+        done.token_ids.len(),
+        stat("decode_tok_per_s"),
+    );
+    print_output(args.json.json, &done.token_ids, &text, stop_reason, &done.stats, &summary)
 }
 
 /// The model's tokenizer on the host, if its directory has one.
