@@ -3,7 +3,8 @@
 //! `simd::avx2_q8`, 64-column chunks): `q = round(x * 127 / amax)`, each
 //! chunk laid out as `[even columns | odd columns]`, and per 8-column group
 //! the scale (halved: the kernels' E2M1 values are doubled) and
-//! `-OFFSET * sum(q)` (the VNNI kernel's unsigned-offset correction).
+//! `-OFFSET * sum(q)` (the unsigned-offset correction of the VNNI and AVX2
+//! kernels, whose E2M1 bytes are offset by +12).
 
 use alloc::vec;
 use alloc::vec::Vec;
