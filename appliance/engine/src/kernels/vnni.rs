@@ -44,7 +44,10 @@ pub(super) fn rows_job(j: &Job<'_, '_>, rows: Range<usize>, tokens: usize) {
         let Xs::Q8(x) = j.xp.tile(t0, n, cols) else { unreachable!("checked above") };
         let mut r0 = rows.start;
         while r0 < rows.end {
-            let nr = if rows.end - r0 >= ROWS { ROWS } else { 1 };
+            // One token (decode) streams its rows one at a time: a single
+            // sequential stream reads DRAM faster than four interleaved ones
+            // (measured 1.2x), and a row's arithmetic is the same either way.
+            let nr = if n > 1 && rows.end - r0 >= ROWS { ROWS } else { 1 };
             tile_rows(j.w, r0, nr, n, x, &mut out);
             for (r, o) in out.iter().enumerate().take(nr) {
                 for (t, v) in o.iter().enumerate().take(n) {
