@@ -4,12 +4,14 @@
 //! loaded and decoded once per token tile and each token's activations once
 //! per row tile.
 
+use alloc::vec;
+use alloc::vec::Vec;
 use core::ops::Range;
 
 use super::{Job, Prepared, Xs, TILE};
 use crate::simd::avx512vnni::Q8In;
 use crate::simd::vnni_q8::{self, q8_tile};
-use crate::simd::vnni_tile::{self, nvfp4_tile, ROWS};
+use crate::simd::vnni_tile::{self, decode_scales, nvfp4_tile, ROWS};
 use crate::weights::Linear;
 
 /// `$f::<R, n>(args)` for the runtime token count `n` in 1..=4.
@@ -37,6 +39,8 @@ pub(super) fn rows_job(j: &Job<'_, '_>, rows: Range<usize>, tokens: usize) {
         Linear::Dense { .. } => unreachable!("dense weights take f32 activations"),
     };
     let tile = j.xp.tile_tokens(cols).min(max);
+    let pre = pre_scales(j.w, rows.clone(), tokens > tile);
+    let per_row = pre.len() / rows.len();
     let mut out = [[0.0f32; TILE]; ROWS];
     let mut t0 = 0;
     while t0 < tokens {
@@ -48,7 +52,8 @@ pub(super) fn rows_job(j: &Job<'_, '_>, rows: Range<usize>, tokens: usize) {
             // sequential stream reads DRAM faster than four interleaved ones
             // (measured 1.2x), and a row's arithmetic is the same either way.
             let nr = if n > 1 && rows.end - r0 >= ROWS { ROWS } else { 1 };
-            tile_rows(j.w, r0, nr, n, x, &mut out);
+            let at = (r0 - rows.start) * per_row;
+            tile_rows(j.w, r0, nr, n, x, &pre[at..at + nr * per_row], &mut out);
             for (r, o) in out.iter().enumerate().take(nr) {
                 for (t, v) in o.iter().enumerate().take(n) {
                     // SAFETY: (t0 + t) * rows + r0 + r < tokens * rows =
@@ -62,13 +67,32 @@ pub(super) fn rows_job(j: &Job<'_, '_>, rows: Range<usize>, tokens: usize) {
     }
 }
 
-/// Rows `r0..r0 + nr` (`nr` is 1 or [`ROWS`]) against the `n` tokens of `x`.
+/// The NVFP4 block scales of `rows` decoded once ([`decode_scales`]) when
+/// they will pass several token tiles (`many`); empty otherwise.
+fn pre_scales(w: &Linear<'_>, rows: Range<usize>, many: bool) -> Vec<f32> {
+    match *w {
+        Linear::Nvfp4 { scales, global_scale: gs, cols, .. } if many && cols >= 128 => {
+            let mut out = vec![0.0; rows.len() * (cols / 128) * 16];
+            let s = &scales[rows.start * cols / 16..rows.end * cols / 16];
+            // SAFETY: the caller's path (VNNI) has AVX-512 F/BW/VL; `s`
+            // holds `rows.len()` rows of scales, `out` 16 floats per chunk.
+            unsafe { decode_scales(s, gs, cols, &mut out) };
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Rows `r0..r0 + nr` (`nr` is 1 or [`ROWS`]) against the `n` tokens of `x`
+/// (`pre`: their pre-decoded NVFP4 scales, or empty).
+#[allow(clippy::too_many_arguments)]
 fn tile_rows(
     w: &Linear<'_>,
     r0: usize,
     nr: usize,
     n: usize,
     x: Q8In<'_>,
+    pre: &[f32],
     out: &mut [[f32; TILE]; ROWS],
 ) {
     match *w {
@@ -80,9 +104,9 @@ fn tile_rows(
             // load), the tile holds `n <= 4` tokens quantized for this kernel.
             unsafe {
                 if nr == ROWS {
-                    by_tokens!(nvfp4_tile, 4, n, p, s, gs, cols, x, out)
+                    by_tokens!(nvfp4_tile, 4, n, p, s, gs, cols, x, pre, out)
                 } else {
-                    by_tokens!(nvfp4_tile, 1, n, p, s, gs, cols, x, out)
+                    by_tokens!(nvfp4_tile, 1, n, p, s, gs, cols, x, pre, out)
                 }
             }
         }

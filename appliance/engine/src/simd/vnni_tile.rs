@@ -44,16 +44,43 @@ unsafe fn chunk_scales(p: *const u8, gs: __m512) -> __m512 {
     _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(f32::from_bits(0x7B80_0000))), gs)
 }
 
+/// Every full chunk's block scales of `rows` NVFP4 rows (`scales` = `rows *
+/// cols / 16` bytes) as [`nvfp4_tile`] uses them (`chunk_scales`, 16 floats
+/// per row and chunk, row-major), for a product whose rows pass several
+/// token tiles: decoded once instead of once per tile.
+///
+/// # Safety
+/// AVX-512 F/BW/VL must be available; `scales.len() == rows * cols / 16`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn decode_scales(scales: &[u8], gs: f32, cols: usize, out: &mut [f32]) {
+    let (chunks, srow) = (cols / 128, cols / 16);
+    let rows = scales.len() / srow.max(1);
+    debug_assert!(scales.len() == rows * srow && out.len() == rows * chunks * 16);
+    let gsv = _mm512_set1_ps(gs);
+    for r in 0..rows {
+        for c in 0..chunks {
+            // SAFETY: 8 bytes at r*srow + 8c < scales.len(); 16 floats at
+            // (r*chunks + c)*16 < out.len(), by the preconditions.
+            unsafe {
+                let sv = chunk_scales(scales.as_ptr().add(r * srow + 8 * c), gsv);
+                _mm512_storeu_ps(out.as_mut_ptr().add((r * chunks + c) * 16), sv);
+            }
+        }
+    }
+}
+
 /// `R` consecutive NVFP4 rows (`packed` = `R * cols / 2` bytes, `scales` =
 /// `R * cols / 16`) against `N` tokens of quantized activations; writes
-/// `out[r][..N]` for `r < R`.
+/// `out[r][..N]` for `r < R`. `pre` is empty, or these rows' scales from
+/// [`decode_scales`] (the same values, not decoded again).
 ///
 /// # Safety
 /// AVX-512 F/BW/VL, VNNI and VBMI must be available; `R <= ROWS`,
 /// `N <= TOKENS`, `cols % 16 == 0`, `packed.len() == R * cols / 2`,
 /// `scales.len() == R * cols / 16`; `x.q.len() >= N * cols`, `x.corr.len()`
 /// and `x.scale.len() >= N * cols / 8`, the activations permuted per
-/// 128-column chunk as `kernels::q8act` lays them out for this path.
+/// 128-column chunk as `kernels::q8act` lays them out for this path;
+/// `pre.len()` is 0 or `R * (cols / 128) * 16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
 // Token and row indices address two register arrays at once.
 #[allow(clippy::needless_range_loop)]
@@ -63,16 +90,19 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
     gs: f32,
     cols: usize,
     x: Q8In<'_>,
+    pre: &[f32],
     out: &mut [[f32; TILE]; ROWS],
 ) {
     debug_assert!(R <= ROWS && N <= TOKENS && cols % 16 == 0);
+    debug_assert!(pre.is_empty() || pre.len() == R * (cols / 128) * 16);
     debug_assert!(packed.len() == R * cols / 2 && scales.len() == R * cols / 16);
     debug_assert!(x.q.len() >= N * cols && x.corr.len() >= N * cols / 8);
     debug_assert!(x.scale.len() >= N * cols / 8);
     let (chunks, prow, srow) = (cols / 128, cols / 2, cols / 16);
     // SAFETY: chunk c reads packed[r*prow + 64c..+64] and scales[r*srow +
-    // 8c..+8] for r < R, q[t*cols + 128c..+128] and corr/scale[t*cols/8 +
-    // 16c..+16] for t < N: inside the slices by the preconditions.
+    // 8c..+8] (or pre[(r*chunks + c)*16..+16]) for r < R, q[t*cols +
+    // 128c..+128] and corr/scale[t*cols/8 + 16c..+16] for t < N: inside the
+    // slices by the preconditions.
     unsafe {
         let lut: __m512i = transmute(E2M1_U8);
         let gsv = _mm512_set1_ps(gs);
@@ -92,7 +122,9 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
                 // One row (decode) decodes the scales of two chunks at once
                 // (the same values as `chunk_scales`, fewer instructions);
                 // more rows would need a register per row to keep them.
-                sv[r] = if R > 1 || (c % 2 == 0 && c + 2 > chunks) {
+                sv[r] = if !pre.is_empty() {
+                    _mm512_loadu_ps(pre.as_ptr().add((r * chunks + c) * 16))
+                } else if R > 1 || (c % 2 == 0 && c + 2 > chunks) {
                     chunk_scales(sp, gsv)
                 } else if c % 2 == 0 {
                     pair = e4m3x16(sp, gsv);
