@@ -40,7 +40,7 @@ pub(super) fn rows_job(j: &Job<'_, '_>, rows: Range<usize>, tokens: usize) {
     };
     let tile = j.xp.tile_tokens(cols).min(max);
     let pre = pre_scales(j.w, rows.clone(), tokens > tile);
-    let per_row = pre.len() / rows.len();
+    let per_row = pre.len() / rows.len().max(1);
     let mut out = [[0.0f32; TILE]; ROWS];
     let mut t0 = 0;
     while t0 < tokens {
