@@ -18,11 +18,13 @@
 mod delta;
 pub mod generic;
 mod q8act;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
 
 pub use delta::{delta_step, delta_step_with, gemm_acc, gemm_acc_with, DeltaToken, Mat, MatMut};
 pub use q8act::round_q8;
 
-use q8act::{quantize_q8, Q8};
+use q8act::{quantize_q8, quantize_q8_lanes, Q8};
 
 use alloc::borrow::Cow;
 use alloc::vec;
@@ -129,15 +131,17 @@ impl Prepared<'_> {
     /// Tokens `t0..t0 + n` of `cols` columns each.
     fn tile(&self, t0: usize, n: usize, cols: usize) -> Xs<'_> {
         let r = t0 * cols..(t0 + n) * cols;
-        let g = t0 * cols / 8..(t0 + n) * cols / 8;
         match self {
             Prepared::F32(x) => Xs::F32(&x[r]),
             #[cfg(target_arch = "x86_64")]
-            Prepared::Q8(q) => Xs::Q8(crate::simd::avx512vnni::Q8In {
-                q: &q.q[r],
-                corr: &q.corr[g.clone()],
-                scale: &q.scale[g],
-            }),
+            Prepared::Q8(q) => {
+                let g = t0 * cols / q.group..(t0 + n) * cols / q.group;
+                Xs::Q8(crate::simd::avx512vnni::Q8In {
+                    q: &q.q[r],
+                    corr: &q.corr[g.clone()],
+                    scale: &q.scale[g],
+                })
+            }
             #[cfg(not(target_arch = "x86_64"))]
             Prepared::Q8(_) => unreachable!("Q8 activations are prepared only on x86_64"),
         }
@@ -153,11 +157,15 @@ enum Xs<'a> {
 }
 
 /// Whether `path` quantizes the activations of products with `w` to int8
-/// (NVFP4 weights on `avx512vnni` and `avx2`); its result then equals the
-/// generic path's on [`round_q8`] of the activations, up to the order of
-/// the sums.
+/// (NVFP4 weights on `avx512vnni` and `avx2`, q8 weights on `avx512vnni`);
+/// its result then equals the generic path's on [`round_q8`] of the
+/// activations, up to the order of the sums.
 pub fn q8_activations(path: Path, w: &Linear<'_>) -> bool {
-    matches!(path, Path::Avx512Vnni | Path::Avx2) && matches!(w, Linear::Nvfp4 { .. })
+    match w {
+        Linear::Nvfp4 { .. } => matches!(path, Path::Avx512Vnni | Path::Avx2),
+        Linear::Q8 { .. } => path == Path::Avx512Vnni,
+        Linear::Dense { .. } => false,
+    }
 }
 
 /// One product as the workers see it: prepared input, output, chunking.
@@ -232,6 +240,10 @@ pub fn matmuls_with(
 
 /// Rows `rows` of one job against every token, tile by tile.
 fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scratch: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if path == Path::Avx512Vnni && matches!(j.xp, Prepared::Q8(_)) {
+        return vnni::rows_job(j, rows, tokens);
+    }
     let cols = j.w.cols();
     let mut acc = [0.0f32; TILE];
     let tile = j.xp.tile_tokens(cols);
@@ -253,6 +265,9 @@ fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scra
 
 /// Activations as the path's kernel for `w` wants them (see `simd::avx512`).
 fn prepare<'x>(path: Path, w: &Linear<'_>, x: &'x [f32], tokens: usize) -> Prepared<'x> {
+    if q8_activations(path, w) && matches!(w, Linear::Q8 { .. }) {
+        return Prepared::Q8(quantize_q8_lanes(x, tokens, w.cols()));
+    }
     if q8_activations(path, w) {
         // The SIMD quantizer needs AVX-512, which the VNNI path has.
         let vnni = path == Path::Avx512Vnni;

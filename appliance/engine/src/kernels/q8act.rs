@@ -3,7 +3,8 @@
 //! `simd::avx2_q8`, 64-column chunks): `q = round(x * 127 / amax)`, each
 //! chunk laid out as `[even columns | odd columns]`, and per 8-column group
 //! the scale (halved: the kernels' E2M1 values are doubled) and
-//! `-OFFSET * sum(q)` (the VNNI kernel's unsigned-offset correction).
+//! `-OFFSET * sum(q)` (the unsigned-offset correction of the VNNI and AVX2
+//! kernels, whose E2M1 bytes are offset by +12).
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -12,6 +13,8 @@ use alloc::vec::Vec;
 /// permuted per full chunk of columns as `[even | odd]`; per 8-column group
 /// `corr = -OFFSET * sum(q)` and `scale = amax / 127 / 2`.
 pub(super) struct Q8 {
+    /// Columns per `corr` / `scale` entry: 8, or 4 for [`quantize_q8_lanes`].
+    pub(super) group: usize,
     pub(super) q: Vec<i8>,
     pub(super) corr: Vec<i32>,
     pub(super) scale: Vec<f32>,
@@ -95,7 +98,28 @@ pub(super) fn quantize_q8(x: &[f32], tokens: usize, cols: usize, simd: bool, chu
             }
         }
     }
-    Q8 { q, corr, scale }
+    Q8 { group: 8, q, corr, scale }
+}
+
+/// [`Q8`] of `x` (`[tokens, cols]`, `cols % 16 == 0`) for the int8 x int8
+/// kernel of q8 weights (`simd::vnni_q8`): natural column order; per
+/// 4-column lane `corr = -128 * sum(q)` and `scale` = the 16-column block's
+/// scale (as [`round_q8`]).
+pub(super) fn quantize_q8_lanes(x: &[f32], tokens: usize, cols: usize) -> Q8 {
+    debug_assert!(cols % 16 == 0 && x.len() == tokens * cols);
+    let mut q = vec![0i8; tokens * cols];
+    let mut corr = vec![0i32; tokens * cols / 4];
+    let mut scale = vec![0.0f32; tokens * cols / 4];
+    let mut qb = [0i8; 16];
+    for (b, blk) in x.chunks_exact(16).enumerate() {
+        let s = q8_block(blk, &mut qb);
+        q[16 * b..16 * b + 16].copy_from_slice(&qb);
+        for (l, lane) in qb.chunks_exact(4).enumerate() {
+            corr[4 * b + l] = -OFFSET_HEAD * lane.iter().map(|&v| i32::from(v)).sum::<i32>();
+            scale[4 * b + l] = s;
+        }
+    }
+    Q8 { group: 4, q, corr, scale }
 }
 
 /// One block through `simd::avx512vnni::q8_block16`: `(scale, [sum of the
@@ -116,6 +140,10 @@ fn q8_block_simd(_: &[f32], _: &mut [i8; 16]) -> Option<(f32, [i32; 2])> {
 
 #[cfg(target_arch = "x86_64")]
 const OFFSET_Q8: i32 = crate::simd::avx512vnni::OFFSET;
+#[cfg(target_arch = "x86_64")]
+const OFFSET_HEAD: i32 = crate::simd::vnni_q8::OFFSET;
+#[cfg(not(target_arch = "x86_64"))]
+const OFFSET_HEAD: i32 = 128;
 #[cfg(not(target_arch = "x86_64"))]
 const OFFSET_Q8: i32 = 12;
 

@@ -4,25 +4,26 @@
 //! activations (`kernels::round_q8`); the integer sums are exact.
 //!
 //! One 32-byte load holds 64 columns. `vpshufb` turns each low nibble, and
-//! after a shift each high nibble, into the signed doubled value
-//! `2 * E2M1(code)` (-12..=12); byte `j` of the low vector is column `2j`, of
-//! the high vector column `2j + 1`, matching the activations' `[even | odd]`
-//! chunk layout. `vpmaddubsw` wants one unsigned operand, so it multiplies
-//! `|w|` by the activation with `w`'s sign (`vpsignb`), as llama.cpp's AVX2
-//! kernels do; `vpmaddwd` by ones then sums the 16-bit pairs, so dword lane
-//! `L` holds columns `8L..8L+7` (block `L / 2`). Per chunk and token: two
-//! `vpsignb`, two `vpmaddubsw`, an add, a `vpmaddwd`, a convert, a multiply
-//! of the scales and one FMA.
+//! after a shift each high nibble, into the unsigned `2 * E2M1(code) + 12`
+//! (0..=24, as `vpmaddubsw` wants its first operand); byte `j` of the low
+//! vector is column `2j`, of the high vector column `2j + 1`, matching the
+//! activations' `[even | odd]` chunk layout. `vpmaddubsw` multiplies them
+//! by the signed activations (pairs of products stay far inside i16),
+//! `vpmaddwd` by ones sums the 16-bit pairs, so dword lane `L` holds
+//! columns `8L..8L+7` (block `L / 2`), and adding the quantizer's `corr =
+//! -12 * sum(q)` removes the offset exactly. Per chunk and token: two
+//! `vpmaddubsw`, two adds, a `vpmaddwd`, a convert, a multiply of the
+//! scales and one FMA.
 
 use core::arch::x86_64::*;
 
 use super::avx512vnni::Q8In;
 use crate::kernels::TILE;
 
-/// `2 * E2M1(code)` as signed bytes, for both 128-bit lanes of `vpshufb`.
-const E2M1_I8: [i8; 32] = [
-    0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, //
-    0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+/// `2 * E2M1(code) + 12`, for both 128-bit lanes of `vpshufb`.
+const E2M1_U8: [u8; 32] = [
+    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, //
+    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
 ];
 
 /// Eight E4M3 bytes (as dwords) decoded and times `gs`: exactly
@@ -72,7 +73,7 @@ unsafe fn weight_scales(p: *const u8, gs: __m256) -> __m256 {
 /// # Safety
 /// AVX2 and FMA must be available; `packed.len() == cols / 2`,
 /// `scales.len() == cols / 16`, `cols % 16 == 0`; `x.q.len() >= N * cols`,
-/// `x.scale.len() >= N * cols / 8`.
+/// `x.corr.len()` and `x.scale.len() >= N * cols / 8`.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn nvfp4_row<const N: usize>(
     packed: &[u8],
@@ -84,11 +85,12 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
 ) {
     debug_assert!(packed.len() == cols / 2 && scales.len() == cols / 16 && cols % 16 == 0);
     debug_assert!(x.q.len() >= N * cols && x.scale.len() >= N * cols / 8);
+    debug_assert!(x.corr.len() >= N * cols / 8);
     let chunks = cols / 64;
     // SAFETY: chunk c reads packed[32c..+32], scales[4c..+4], q[t*cols +
-    // 64c..+64] and scale[t*cols/8 + 8c..+8], inside the slices.
+    // 64c..+64] and corr/scale[t*cols/8 + 8c..+8], inside the slices.
     unsafe {
-        let lut = _mm256_loadu_si256(E2M1_I8.as_ptr() as *const __m256i);
+        let lut = _mm256_loadu_si256(E2M1_U8.as_ptr() as *const __m256i);
         let (nib, ones, gsv) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1), _mm256_set1_ps(gs));
         let mut acc = [_mm256_setzero_ps(); N];
         let mut pair = [_mm256_setzero_ps(); 2];
@@ -107,15 +109,17 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
             let d = _mm256_loadu_si256(p as *const __m256i);
             let lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(d, nib));
             let hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16::<4>(d), nib));
-            let (alo, ahi) = (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi));
             for (t, a) in acc.iter_mut().enumerate() {
                 let q = x.q.as_ptr().add(t * cols + 64 * c);
+                let g = t * cols / 8 + 8 * c;
                 let qe = _mm256_loadu_si256(q as *const __m256i);
                 let qo = _mm256_loadu_si256(q.add(32) as *const __m256i);
-                let pe = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(qe, lo));
-                let po = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(qo, hi));
+                let pe = _mm256_maddubs_epi16(lo, qe);
+                let po = _mm256_maddubs_epi16(hi, qo);
                 let i = _mm256_madd_epi16(_mm256_add_epi16(pe, po), ones);
-                let xs = _mm256_loadu_ps(x.scale.as_ptr().add(t * cols / 8 + 8 * c));
+                let corr = _mm256_loadu_si256(x.corr.as_ptr().add(g) as *const __m256i);
+                let i = _mm256_add_epi32(i, corr);
+                let xs = _mm256_loadu_ps(x.scale.as_ptr().add(g));
                 *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(ws, xs), *a);
             }
         }

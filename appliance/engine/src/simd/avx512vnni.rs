@@ -22,7 +22,7 @@ use super::avx512::{e4m3x16, lone_chunk_scales, SCALE_IDX};
 use crate::weights::e4m3_to_f32;
 
 /// `2 * E2M1(code) + 12` for the low 4 bits of the index, repeated 4 times.
-const E2M1_U8: [u8; 64] = {
+pub(super) const E2M1_U8: [u8; 64] = {
     const HALF: [u8; 16] = [12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0];
     let mut t = [0u8; 64];
     let mut i = 0;

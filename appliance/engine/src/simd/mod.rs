@@ -20,6 +20,10 @@ pub(crate) mod avx512;
 pub(crate) mod avx512vnni;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod q8;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni_q8;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni_tile;
 
 /// How far ahead of the weight line being read the row kernels prefetch.
 /// The rows are read front to back and one after another, so the stream is

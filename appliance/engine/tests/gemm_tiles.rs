@@ -1,0 +1,95 @@
+//! A token's product does not depend on the batch it runs in: on every
+//! kernel path, each token of a multi-token product (tiles of rows x
+//! tokens, remainders, pools of workers) is bit-for-bit the one-token
+//! product of that token alone. This is what keeps batched decode and
+//! chunked prefill exact (greedy tokens identical alone and batched).
+
+use kore_engine::kernels::matmul_with;
+use kore_engine::pool::{Parallel, Serial, ThreadPool};
+use kore_engine::simd::Path;
+use kore_engine::{DType, Linear};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn f(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Checks every token of `tokens`-token products of `w` (serial and on
+/// `pool`) against the same token's one-token product.
+fn check(path: Path, pool: &dyn Parallel, w: &Linear<'_>, rng: &mut Rng, tokens: usize) {
+    let (rows, cols) = (w.rows(), w.cols());
+    // Tokens of very different magnitudes, so per-block scales differ.
+    let x: Vec<f32> =
+        (0..tokens * cols).map(|i| rng.f() * [1.0, 1e-3, 40.0][(i / cols) % 3]).collect();
+    let (mut serial, mut pooled) = (vec![f32::NAN; tokens * rows], vec![f32::NAN; tokens * rows]);
+    matmul_with(path, &Serial, w, &x, tokens, &mut serial);
+    matmul_with(path, pool, w, &x, tokens, &mut pooled);
+    let mut one = vec![f32::NAN; rows];
+    for t in 0..tokens {
+        matmul_with(path, &Serial, w, &x[t * cols..(t + 1) * cols], 1, &mut one);
+        let at = format!("{} {rows}x{cols} token {t} of {tokens}", path.name());
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&serial[t * rows..(t + 1) * rows]), bits(&one), "{at}, serial");
+        assert_eq!(bits(&pooled[t * rows..(t + 1) * rows]), bits(&one), "{at}, pool");
+    }
+}
+
+fn paths() -> Vec<Path> {
+    Path::ALL.into_iter().filter(|p| p.supported()).collect()
+}
+
+const TOKENS: [usize; 10] = [2, 3, 4, 5, 7, 8, 9, 12, 17, 33];
+
+#[test]
+fn nvfp4_tokens_are_exact_in_any_tile() {
+    let mut rng = Rng(0xC0FF_EE12_3456_789B);
+    let pool = ThreadPool::new(3);
+    for path in paths() {
+        // Row counts that leave every remainder of a 4-row tile; columns
+        // with and without a partial 128-column chunk.
+        for &(rows, cols) in &[(1, 128), (6, 256), (7, 272), (13, 2048), (70, 640), (5, 48)] {
+            let packed = rng.bytes(rows * cols / 2);
+            let sc: Vec<u8> =
+                (0..rows * cols / 16).map(|_| (rng.next() as u8 & 0x77) | 0x30).collect();
+            let w = Linear::Nvfp4 { packed: &packed, scales: &sc, global_scale: 0.61, rows, cols };
+            for tokens in TOKENS {
+                check(path, &pool, &w, &mut rng, tokens);
+            }
+        }
+    }
+}
+
+#[test]
+fn dense_and_q8_tokens_are_exact_in_any_tile() {
+    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    let pool = ThreadPool::new(2);
+    for path in paths() {
+        let (rows, cols) = (37, 256);
+        let data = rng.bytes(rows * cols);
+        let sc: Vec<u8> = (0..rows * cols / kore_engine::Q8_GROUP)
+            .flat_map(|_| {
+                half::f16::from_f32(0.01 + (rng.next() % 100) as f32 * 1e-3).to_le_bytes()
+            })
+            .collect();
+        let q8 = Linear::Q8 { data: &data, scales: &sc, rows, cols };
+        let bf: Vec<u8> = (0..rows * cols)
+            .flat_map(|_| ((rng.f().to_bits() >> 16) as u16).to_le_bytes())
+            .collect();
+        let bf16 = Linear::Dense { dtype: DType::BF16, data: &bf, rows, cols };
+        for tokens in TOKENS {
+            check(path, &pool, &q8, &mut rng, tokens);
+            check(path, &pool, &bf16, &mut rng, tokens);
+        }
+    }
+}
