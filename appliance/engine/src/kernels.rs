@@ -7,12 +7,14 @@
 //! tile of up to [`TILE`] tokens (prefill and speculative verification read
 //! each weight from memory once, the chunk staying in cache across tiles).
 //! The row kernels come in a portable twin ([`generic`]) and SIMD versions
-//! (`simd::{avx2, avx512}`) chosen at run time ([`crate::simd::active`]) or
-//! forced for tests.
+//! (`simd::{avx2, avx512, avx512vnni}`, with int8 row x token tiles on the
+//! VNNI path) chosen at run time ([`crate::simd::active`]) or forced by the
+//! engine's caller ([`crate::EngineOptions`]).
 //!
 //! ```text
-//! x [T, cols] --prepare (permute for NVFP4 SIMD)--> xp
-//! worker: while chunk c = next++ : rows of c x tiles of <= 8 tokens -> y [T, rows]
+//! x [T, cols] --prepare (permute / quantize to int8 for SIMD)--> xp
+//! worker w: for chunk c in region(w), then chunks stolen from others' tails:
+//!           rows of c x tiles of <= TILE tokens -> y [T, rows]
 //! ```
 
 mod delta;
