@@ -15,15 +15,9 @@ use kore_engine::simd::Path;
 use kore_engine::state::KvPrecision;
 use kore_engine::{Logits, State};
 
-struct Rng(u64);
-impl Rng {
-    fn f(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-}
+mod common;
+
+use common::Rng;
 
 fn paths() -> impl Iterator<Item = Path> {
     Path::ALL.into_iter().filter(|p| p.supported() && *p != Path::Generic)

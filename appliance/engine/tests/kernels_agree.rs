@@ -9,21 +9,9 @@ use kore_engine::pool::{Parallel, Serial, ThreadPool};
 use kore_engine::simd::Path;
 use kore_engine::{DType, Linear};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+mod common;
+
+use common::Rng;
 
 fn dense_bytes(rng: &mut Rng, dtype: DType, n: usize) -> Vec<u8> {
     let mut out = Vec::new();
