@@ -123,7 +123,7 @@ fn one_shot(backend: &dyn Backend, args: &ChatArgs, prompt: &str) -> Result<()> 
     let mut messages = opening(system_prompt(args)?.as_deref());
     messages.push(json!({"role": "user", "content": prompt}));
     conn.send(&request(1, &messages, thinking_default(args), args, None))?;
-    let tty = term::is_tty(libc::STDOUT_FILENO) && !args.json.json;
+    let tty = term::stdout_is_tty() && !args.json.json;
     let body = if args.json.json {
         stream(&mut conn, 1, &mut |_, _| Ok(()))?
     } else if tty {
@@ -312,7 +312,7 @@ impl<'a> Chat<'a> {
         let _ = sigint::take(); // a Ctrl-C from before this answer does not count
         let session = Some(self.session.as_str());
         self.conn.send(&request(id, &self.history, self.thinking, self.args, session))?;
-        let tty = term::is_tty(libc::STDOUT_FILENO);
+        let tty = term::stdout_is_tty();
         let mut r = Renderer::new(io::stdout(), tty, term::size());
         let res = stream(&mut self.conn, id, &mut |t, think| {
             if think {

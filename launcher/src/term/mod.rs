@@ -6,10 +6,10 @@ pub mod input;
 pub mod render;
 pub mod sigint;
 
-/// True when `fd` is a terminal.
-pub fn is_tty(fd: i32) -> bool {
-    // SAFETY: isatty only inspects the descriptor number; any value is safe to pass.
-    unsafe { libc::isatty(fd) == 1 }
+/// True when stdout is a terminal.
+pub fn stdout_is_tty() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal()
 }
 
 /// Columns and rows of the terminal on stdout (80x24 when unknown).
