@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Shows that `cargo test --workspace` is hermetic: runs it on a clean clone of
-# HEAD as an unprivileged user (not in group kvm), in private mount and network
+# Shows that `cargo test --workspace` is hermetic: runs it on a copy of the
+# committed tree (the checkout must be clean) as an unprivileged user (not in group kvm), in private mount and network
 # namespaces where /dev holds no kvm, there is no network, and python3 and tmux
 # are replaced by `false`. Run as root (it creates the user `kore-hermetic`).
 #
 #   bash scripts/hermetic_test.sh [--reuse-target]
 #
 # --reuse-target copies this checkout's target/release first, so only what
-# differs from it is rebuilt (the clone is mounted at this checkout's path, so
-# Cargo's fingerprints match). Without it the build starts cold.
+# differs from it is rebuilt (the copy keeps file times and is mounted at this
+# checkout's path, so Cargo's fingerprints match). Without it the build starts cold.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 [ "$(id -u)" = 0 ] || { echo "hermetic_test.sh: run as root (it switches to an unprivileged user)" >&2; exit 2; }
@@ -22,7 +22,11 @@ rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
 
 work=$(mktemp -d /tmp/kore-hermetic.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-git clone -q "$repo" "$work/repo"
+if [ -n "$(git -C "$repo" status --porcelain)" ]; then
+  echo "hermetic_test.sh: commit or stash first (it tests the committed tree)" >&2; exit 2
+fi
+mkdir -p "$work/repo"
+(cd "$repo" && git ls-files -z | xargs -0 cp -a --parents -t "$work/repo")
 if [ "${1:-}" = --reuse-target ] && [ -d "$repo/target/release" ]; then
   mkdir -p "$work/repo/target" && cp -a "$repo/target/release" "$work/repo/target/"
 fi

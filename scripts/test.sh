@@ -31,6 +31,9 @@ cargo test --workspace --release --locked
 # The tokenizer against the real Qwen3.5 tokenizer.json (generated above by Python).
 cargo test --release --locked -p kore-tokenizer --features qwen35-reference --test qwen35 --test qwen35_chat
 
+# The VMM's unit tests that run real vCPUs (/dev/kvm).
+cargo test --release --locked -p kore-vmm --features kvm-tests --lib
+
 # The end-to-end suites in tests/: VMs (KVM, hugepages, the guest images), root, tmux.
 cargo build --release --locked -p kore-launch
 cargo test --release --locked -p kore-e2e --features e2e

@@ -109,12 +109,6 @@ fn probing_a_file_that_is_not_kvm() {
 }
 
 #[test]
-fn probing_the_real_kvm() {
-    // This machine (and CI) has /dev/kvm; the probe must find API version 12.
-    assert_eq!(probe(&SysRoot::default()), KvmProbe::Api(12));
-}
-
-#[test]
 fn missing_cpu_features_warn() {
     let tree = healthy();
     let cpu = CpuFeatures { avx512bf16: false, avx512vbmi: false, ..all_cpu() };

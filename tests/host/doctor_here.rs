@@ -28,6 +28,8 @@ fn doctor_on_this_machine() {
     let names: Vec<&str> =
         json["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["config", "kvm", "cpu", "hugepages", "memory", "iommu", "vfio", "vsock"]);
+    let kvm = &json["checks"][1]["detail"];
+    assert!(kvm.as_str().unwrap().contains("KVM API version 12"), "{kvm}");
     let o = kore(&["doctor"], home.path());
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("[ok  ] kvm"), "{text}");

@@ -239,5 +239,7 @@ fn registers(vcpu: &VcpuFd) -> String {
     }
 }
 
-#[cfg(test)]
+/// They run real vCPUs: feature `kvm-tests` (scripts/test.sh), so that plain
+/// `cargo test` stays hermetic.
+#[cfg(all(test, feature = "kvm-tests"))]
 mod tests;
