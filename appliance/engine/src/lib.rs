@@ -20,6 +20,7 @@
 extern crate alloc;
 
 pub mod bench;
+pub mod exp;
 /// The model configuration and its `config.json` reader (from kore-pack-format).
 pub use kore_pack_format::config;
 pub mod generate;

@@ -199,7 +199,7 @@ fn accumulate_generic<E: KvElem>(
 }
 
 /// Generic twin of [`exp_shift_sum`], on `libm::expf` (which the SIMD
-/// paths' polynomial, `ops::exp`, matches to 1 ulp: the generic path keeps
+/// paths' polynomial, `exp::exp`, matches to 1 ulp: the generic path keeps
 /// the engine's numerics before the polynomial existed, bit for bit).
 fn exp_shift_sum_generic(x: &mut [f32], m: f32) -> f32 {
     let mut sum = 0.0;

@@ -1,5 +1,5 @@
 //! AVX-512 and AVX2 attention kernels. Twins: the generic kernels in
-//! `simd::attn` (same shapes, same exp algorithm as `ops::exp`).
+//! `simd::attn` (same shapes, same exp algorithm as `exp::exp`).
 //!
 //! Up to [`GMAX`] query heads of one KV head run together: each key or value
 //! row is loaded (and converted from f16) once for all of them. AVX-512
@@ -9,7 +9,7 @@ use core::arch::x86_64::*;
 
 use super::attn::KvElem;
 use super::Path;
-use crate::ops::{EXP_C, EXP_HI, EXP_LN2, EXP_LO, EXP_LOG2E};
+use crate::exp::{EXP_C, EXP_HI, EXP_LN2, EXP_LO, EXP_LOG2E};
 
 /// Query heads per kernel call (one accumulator register each).
 const GMAX: usize = 4;
@@ -208,7 +208,7 @@ unsafe fn accumulate512<E: KvElem, const G: usize>(
     }
 }
 
-/// `e^x` per f64 lane, as `ops::exp` computes it (with FMA and `vscalefpd`).
+/// `e^x` per f64 lane, as `exp::exp` computes it (with FMA and `vscalefpd`).
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn exp8d(x: __m512d) -> __m512d {
@@ -221,7 +221,7 @@ fn exp8d(x: __m512d) -> __m512d {
     _mm512_scalef_pd(p, n)
 }
 
-/// `e^x` per lane, as `ops::exp` computes it (in f64, rounded once).
+/// `e^x` per lane, as `exp::exp` computes it (in f64, rounded once).
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn exp512(x: __m512) -> __m512 {
@@ -352,7 +352,7 @@ unsafe fn accumulate256<E: KvElem, const G: usize>(
     }
 }
 
-/// `e^x` per f64 lane, as `ops::exp` computes it (with FMA).
+/// `e^x` per f64 lane, as `exp::exp` computes it (with FMA).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn exp4d(x: __m256d) -> __m256d {
@@ -367,7 +367,7 @@ fn exp4d(x: __m256d) -> __m256d {
     _mm256_mul_pd(p, _mm256_castsi256_pd(scale))
 }
 
-/// `e^x` per lane, as `ops::exp` computes it (in f64, rounded once).
+/// `e^x` per lane, as `exp::exp` computes it (in f64, rounded once).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn exp256(x: __m256) -> __m256 {
@@ -392,7 +392,7 @@ unsafe fn exp_shift_sum256(x: &mut [f32], m: f32) -> f32 {
     }
     let mut total = hsum8(sum);
     for v in &mut x[full..] {
-        *v = crate::ops::exp(*v - m);
+        *v = crate::exp::exp(*v - m);
         total += *v;
     }
     total
