@@ -391,7 +391,7 @@ fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut
             let p = &packed[r * cols / 2..(r + 1) * cols / 2];
             let s = &scales[r * cols / 16..(r + 1) * cols / 16];
             // AVX2 NVFP4 products take int8 activations (`prepare`).
-            assert!(path != Path::Avx2, "AVX2 NVFP4 rows need int8 activations");
+            debug_assert!(path != Path::Avx2, "AVX2 NVFP4 rows need int8 activations");
             // SAFETY: `matmul_with` checked the path is supported; slice
             // lengths match the kernel's preconditions (cols % 16 == 0 by load).
             unsafe { by_n!(n, avx512::nvfp4_row, p, s, gs, cols, x, out) }

@@ -19,8 +19,6 @@ use crate::error::{LaunchError, Result};
 pub const SERVICE_PORT: u32 = 1025;
 /// How long a boot may take until the service accepts.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
-/// Pack files the guest reads, in preload order.
-pub const PACK_FILES: [&str; 3] = crate::host::sizing::PRELOADED;
 /// How to boot.
 #[derive(Debug, Clone)]
 pub struct BootOptions {
@@ -263,7 +261,7 @@ fn vm_config(opts: &BootOptions, pack: &Path, pages: HugePageSize) -> VmConfig {
         .guest_cpu(opts.guest_cpu)
         .vsock_uds(&opts.socket)
         .cmdline(opts.cmdline.clone());
-    for f in PACK_FILES {
+    for f in crate::host::sizing::PRELOADED {
         config = config.preload(pack.join(f));
     }
     config
@@ -271,7 +269,7 @@ fn vm_config(opts: &BootOptions, pack: &Path, pages: HugePageSize) -> VmConfig {
 
 /// Fails unless `pack` has every file the guest reads.
 pub fn check_pack(pack: &Path) -> Result<()> {
-    match PACK_FILES.iter().find(|f| !pack.join(f).is_file()) {
+    match crate::host::sizing::PRELOADED.iter().find(|f| !pack.join(f).is_file()) {
         None => Ok(()),
         Some(f) => Err(LaunchError::Model(format!(
             "{}: not a model pack (no {f}); the appliance boots packs — import a Hugging Face \

@@ -47,7 +47,7 @@ pub const BATCH_SEQUENCES: u64 = 8;
 pub const BATCH_CONTEXT: u64 = 4096;
 /// The most kept session states take.
 pub const SESSION_BYTES: u64 = 512 * MIB;
-/// The pack files the VMM preloads, in order (`appliance::vm::PACK_FILES` is this list).
+/// The pack files the VMM preloads, in order.
 pub const PRELOADED: [&str; 3] = ["pack.toml", "weights.safetensors", "tokenizer.json"];
 /// Bytes per recurrent-state element (f32).
 pub const STATE_BYTES: u64 = 4;

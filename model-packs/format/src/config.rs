@@ -237,9 +237,6 @@ impl ModelConfig {
                 "head_dim * factor must be a positive even number",
             ));
         }
-        if self.vocab_size > u32::MAX as usize {
-            return Err(invalid("vocab_size", "too large"));
-        }
         if self.rms_norm_eps.is_nan()
             || self.rms_norm_eps < 0.0
             || self.rope_theta.is_nan()

@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-/// Columns per scale of a `q8` head.
-pub const Q8_GROUP: usize = 32;
+/// Columns per scale of a `q8` head: the engine's group, which decodes it.
+pub use kore_engine::Q8_GROUP;
 
 /// The module name of the output head.
 pub const LM_HEAD: &str = "lm_head";

@@ -7,9 +7,10 @@ use core::arch::x86_64::*;
 /// E2M1 code -> value (bit 3 = sign), the format crate's table.
 pub(crate) use kore_pack_format::fp::E2M1_VALUES as E2M1_LUT;
 
+/// The sum of the 8 lanes of `a`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn hsum(a: __m256) -> f32 {
+pub(super) fn hsum(a: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));

@@ -63,9 +63,7 @@ pub(crate) unsafe fn row_avx2<const N: usize>(
             }
         }
         for (o, a) in out.iter_mut().zip(acc) {
-            let h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
-            let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-            *o = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps::<1>(h, h)));
+            *o = super::avx2::hsum(a);
         }
     }
 }

@@ -106,8 +106,7 @@ pub(crate) unsafe fn q8_tile<const R: usize, const N: usize>(
 /// Adds the last 32 columns (when `cols % 64 == 32`), lane by lane.
 fn tail(data: &[u8], scales: &[u8], cols: usize, x: Q8In<'_>, n: usize, out: &mut [f32; TILE]) {
     let c0 = cols - Q8_GROUP;
-    let b = 2 * (c0 / Q8_GROUP);
-    let sw = half::f16::from_le_bytes([scales[b], scales[b + 1]]).to_f32();
+    let sw = crate::weights::q8_scale(scales, c0 / Q8_GROUP);
     for (t, o) in out.iter_mut().enumerate().take(n) {
         for lane in (c0..cols).step_by(4) {
             let sum: i32 = (lane..lane + 4)
