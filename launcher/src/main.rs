@@ -11,6 +11,7 @@ mod engine_options;
 mod error;
 mod host;
 mod model;
+mod pack_check;
 mod serve;
 mod term;
 

@@ -135,13 +135,15 @@ pub fn open(path: Option<&Path>) -> Result<ModelFiles> {
 }
 
 /// Opens a model pack: manifest, weights header, offsets, alignment and every
-/// tensor's dtype and shape are checked against the config (checksums are
-/// `pack verify`'s job); the tokenizer is the one pack.toml names.
+/// tensor's dtype and shape are checked against the config, and every file
+/// against pack.toml's sizes and digests (hashed once, then cached: see
+/// [`crate::pack_check`]); the tokenizer is the one pack.toml names.
 ///
 /// The weights are copied into hugepage-backed memory first, as the VMM
 /// preloads them into guest RAM, so native and guest runs read weights the same
 /// way; `KORE_NATIVE_WEIGHTS=mmap` reads them through the file mapping instead.
 pub fn open_pack(path: &Path) -> Result<ModelFiles> {
+    crate::pack_check::ensure_intact(path)?;
     let pack = match std::env::var("KORE_NATIVE_WEIGHTS").as_deref() {
         Ok("mmap") => Pack::open(path),
         Ok("resident") | Err(_) => Pack::open_resident(path, &crate::cmd::pack::Bar::default()),

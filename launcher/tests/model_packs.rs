@@ -14,7 +14,14 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn kore(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kore-launch")).args(args).output().expect("run kore-launch")
+    Command::new(env!("CARGO_BIN_EXE_kore-launch"))
+        .args(args)
+        .env(
+            "KORE_CACHE_DIR",
+            std::env::temp_dir().join(format!("kore-cache-{}", std::process::id())),
+        )
+        .output()
+        .expect("run kore-launch")
 }
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -147,6 +154,16 @@ fn broken_packs_fail_with_one_line_naming_the_file() {
     std::fs::write(&weights, &full[..full.len() / 2]).unwrap();
     let err = one_line_error(&gen(p));
     assert!(err.contains("weights.safetensors") && err.contains("truncated"), "{err}");
+    std::fs::write(&weights, &full).unwrap();
+
+    // Same size, one byte changed: only the digest in pack.toml can tell.
+    let mut flipped = full.clone();
+    *flipped.last_mut().unwrap() ^= 1;
+    std::fs::write(&weights, &flipped).unwrap();
+    let out = gen(p);
+    assert_eq!(out.status.code(), Some(3));
+    let err = one_line_error(&out);
+    assert!(err.contains("weights.safetensors") && err.contains("sha256 mismatch"), "{err}");
     std::fs::write(&weights, &full).unwrap();
 
     let tok = pack.join("tokenizer.json");

@@ -103,7 +103,9 @@ impl Appliance {
 
     /// Boots the Kore VM exactly as `opts` say (`kore-launch up` puts the
     /// socket at [`socket_path`] of its runtime directory).
+    /// The pack's files are checked against its pack.toml first.
     pub fn boot_with(opts: &BootOptions, pack: &Path) -> Result<Appliance> {
+        crate::pack_check::ensure_intact(pack)?;
         Ok(Appliance { kind: Kind::Vm(vm::VmAppliance::boot(opts, pack)?), own_dir: None })
     }
 

@@ -4,7 +4,8 @@
 //! - [`safetensors`]: strict header parser, aligned streaming writer;
 //! - [`nvfp4`]: ModelOpt-exact NVFP4 quantization;
 //! - [`config`] / [`manifest`]: the model configuration and `pack.toml`;
-//! - [`pack`]: [`Pack::open`] and [`pack::verify`];
+//! - [`pack`]: [`Pack::open`] and [`pack::verify`]; [`integrity`]: files against
+//!   the sizes and digests pack.toml records (cached for boots);
 //! - [`import`], [`synth`], [`inspect`]: the `kore-launch pack` commands.
 //!
 //! The format is specified in `docs/pack-format.md`.
@@ -20,6 +21,7 @@ pub mod fuzz;
 pub mod head;
 pub mod import;
 pub mod inspect;
+pub mod integrity;
 pub mod manifest;
 pub mod nvfp4;
 mod output;

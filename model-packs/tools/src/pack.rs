@@ -11,9 +11,7 @@ use crate::manifest::{Manifest, Scheme, MANIFEST_FILE, WEIGHTS_FILE};
 use crate::nvfp4::GROUP;
 use crate::progress::Progress;
 use crate::safetensors::{DType, SafetensorsFile, SafetensorsHeader, TensorRef, PAD_PREFIX};
-use sha2::{Digest, Sha256};
 use std::collections::HashSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// An opened, structurally validated pack.
@@ -147,60 +145,19 @@ pub struct VerifyReport {
 /// tokenizer and NVFP4 scales. Any defect is an error.
 pub fn verify(dir: &Path, progress: &dyn Progress) -> Result<VerifyReport> {
     let manifest = crate::manifest::load(dir)?;
-    for (name, entry) in &manifest.files {
-        let path = dir.join(name);
-        let len = std::fs::metadata(&path).map_err(|e| PackError::io(&path, e))?.len();
-        if len < entry.bytes {
-            return Err(PackError::Truncated {
-                file: path,
-                what: "the file recorded in pack.toml".into(),
-                needed: entry.bytes,
-                actual: len,
-            });
-        }
-        if len != entry.bytes {
-            return Err(PackError::manifest(
-                &path,
-                format!("file is {len} bytes but pack.toml records {}", entry.bytes),
-            ));
-        }
-    }
+    crate::integrity::check_sizes(dir, &manifest)?;
     let pack = Pack::open(dir)?;
-    let mut report = VerifyReport::default();
-    let total: u64 = manifest.files.values().map(|f| f.bytes).sum();
-    progress.start("verifying checksums", total);
-    for (name, entry) in &manifest.files {
-        let path = dir.join(name);
-        let actual = sha256_file(&path, progress)?;
-        if actual != entry.sha256 {
-            progress.finish();
-            return Err(PackError::Checksum { file: path, expected: entry.sha256.clone(), actual });
-        }
-        report.files += 1;
-        report.bytes += entry.bytes;
-    }
-    progress.finish();
+    let checked = crate::integrity::check_files(dir, &manifest, progress)?;
+    let mut report = VerifyReport {
+        files: checked.hashed_files,
+        bytes: checked.hashed_bytes,
+        ..Default::default()
+    };
     check_tokenizer(&pack.tokenizer_path(), manifest.config.vocab_size)?;
     report.nvfp4_modules = check_scales(&pack)?;
     report.tensors =
         pack.weights.header().tensors.iter().filter(|t| !t.name.starts_with(PAD_PREFIX)).count();
     Ok(report)
-}
-
-/// Streams a file through sha256, reporting bytes to `progress`.
-pub fn sha256_file(path: &Path, progress: &dyn Progress) -> Result<String> {
-    let mut f = std::fs::File::open(path).map_err(|e| PackError::io(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| PackError::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        progress.inc(n as u64);
-    }
-    Ok(crate::safetensors::hex_digest(&hasher.finalize()))
 }
 
 fn check_tokenizer(path: &Path, vocab: u64) -> Result<()> {

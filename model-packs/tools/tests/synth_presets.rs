@@ -17,7 +17,7 @@ mod common;
 
 use common::{temp_dir, tiny_config};
 use kore_pack::config::LayerType;
-use kore_pack::pack::sha256_file;
+use kore_pack::integrity::sha256_file;
 use kore_pack::synth::{preset, synth_config, PRESETS};
 use kore_pack::NoProgress;
 
