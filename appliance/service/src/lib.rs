@@ -20,6 +20,8 @@ pub mod emit;
 pub mod engine;
 pub mod fake;
 pub mod framing;
+#[doc(hidden)]
+pub mod fuzz;
 #[cfg(feature = "std")]
 pub mod host;
 pub mod request;

@@ -23,6 +23,8 @@ mod bpe;
 mod bytelevel;
 pub mod chat;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 mod hash;
 mod load;
 pub mod pretok;

@@ -1,7 +1,7 @@
 //! The fuzz body for pack loading: arbitrary bytes as a safetensors header, as a
 //! `pack.toml`, or as a whole pack directory (`pack.toml` + `weights.safetensors` +
 //! `tokenizer.json` cut from the input) that [`Pack::open`] and [`verify`] then read.
-//! Used by `model-packs/tools/fuzz` (cargo-fuzz) and by the plain test `tests/pack_fuzz.rs`,
+//! Used by the `pack_open`, `pack_toml` and `safetensors_header` cargo-fuzz targets (`fuzz/`) and by the plain test `tests/pack_fuzz.rs`,
 //! which also feeds it truncated and mutated real packs.
 //!
 //! Whatever the input, loading must return (`Ok` or a typed error) without panicking.
@@ -16,19 +16,29 @@ use crate::safetensors::{parse_header, HeaderLimits};
 pub fn run(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else { return };
     match sel % 3 {
-        0 => {
-            let _ = parse_header(rest, HeaderLimits::default());
-        }
-        1 => {
-            let _ = crate::manifest::parse(Path::new("pack.toml"), &String::from_utf8_lossy(rest));
-        }
-        _ => {
-            let dir = case_dir();
-            let files = split3(rest);
-            write_pack(&dir, files[0], files[1], files[2]);
-            open_and_verify(&dir);
-        }
+        0 => run_header(rest),
+        1 => run_manifest(rest),
+        _ => run_dir(rest),
     }
+}
+
+/// The bytes as a safetensors header (length prefix included).
+pub fn run_header(data: &[u8]) {
+    let _ = parse_header(data, HeaderLimits::default());
+}
+
+/// The bytes as `pack.toml` text (invalid UTF-8 replaced).
+pub fn run_manifest(data: &[u8]) {
+    let _ = crate::manifest::parse(Path::new("pack.toml"), &String::from_utf8_lossy(data));
+}
+
+/// The bytes as a whole pack: `pack.toml`, `weights.safetensors` and
+/// `tokenizer.json`, separated by `0xff 0xfe`, written to a scratch directory.
+pub fn run_dir(data: &[u8]) {
+    let dir = case_dir();
+    let files = split3(data);
+    write_pack(&dir, files[0], files[1], files[2]);
+    open_and_verify(&dir);
 }
 
 /// Opens and verifies the pack in `dir` (errors are the expected outcome).

@@ -1,4 +1,4 @@
-//! The pack fuzz body (`kore_pack::fuzz`, also the cargo-fuzz target in model-packs/tools/fuzz)
+//! The pack fuzz body (`kore_pack::fuzz`, also behind the cargo-fuzz targets in fuzz/)
 //! on random bytes, and real packs truncated at random lengths or with random bytes
 //! flipped in each file: loading and verifying must end in `Ok` or a typed error, never a
 //! panic, and `verify` must reject every pack that differs from the original.

@@ -2,6 +2,7 @@
 //! transport, [`vsock`] the vsock device with its Unix-socket backend.
 
 pub mod mmio;
+pub mod mmio_fuzz;
 pub mod vsock;
 
 /// The register table and values shared with the guest ([`kore_boot_abi::virtio`])

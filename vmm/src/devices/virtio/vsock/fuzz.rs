@@ -1,7 +1,7 @@
 //! The fuzz body for the vsock queue and packet path: arbitrary bytes become
 //! guest memory (descriptor tables, ring indices, packet headers, payloads)
 //! and the device processes its transmit and receive queues over them.
-//! Used by `vmm/fuzz` (cargo-fuzz) and by a plain test that feeds it
+//! Used by the `vsock_queue` cargo-fuzz target (`fuzz/`) and by a plain test that feeds it
 //! pseudo-random inputs, so CI exercises it without nightly.
 //!
 //! Whatever the input, processing must return without panicking and without

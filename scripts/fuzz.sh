@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs the cargo-fuzz targets of fuzz/ (every parser of untrusted input; docs/reliability.md).
+#
+#   scripts/fuzz.sh TARGET SECONDS   fuzz one target for SECONDS
+#   scripts/fuzz.sh all SECONDS      each target in turn for SECONDS (CI's short run)
+#   scripts/fuzz.sh list             the targets
+#
+# The committed seeds are fuzz/corpus/TARGET (read only); what a run finds is kept in
+# target/fuzz-corpus/TARGET, so a campaign resumes where the last stopped. A crash leaves its
+# input in target/fuzz-artifacts/TARGET and makes the script exit non-zero; reproduce it with
+#   cd fuzz && cargo +nightly fuzz run TARGET ../target/fuzz-artifacts/TARGET/crash-...
+# Each run prints one summary line: target, seconds, executions, coverage (cov: edges,
+# ft: features), corpus entries, crashes.
+#
+# Needs a nightly toolchain (libFuzzer's instrumentation flags) and cargo-fuzz: installed when
+# missing (KORE_FUZZ_TOOLCHAIN, default `nightly`). Run several targets at once by starting
+# the script once per target. KORE_FUZZ_RSS_MB is the memory limit of
+# one input (default 2048: more counts as a crash, e.g. an allocation sized by the input).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+TOOLCHAIN=${KORE_FUZZ_TOOLCHAIN:-nightly}
+TARGETS=$(sed -n 's/^name = "\([a-z_]*\)"$/\1/p' "$REPO/fuzz/Cargo.toml" | grep -v '^kore-fuzz$' || true)
+
+usage() { echo "usage: scripts/fuzz.sh (TARGET|all) SECONDS | list" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+if [ "$1" = list ]; then echo "$TARGETS"; exit 0; fi
+[ $# -eq 2 ] || usage
+WHAT=$1 SECONDS_EACH=$2
+[[ "$SECONDS_EACH" =~ ^[0-9]+$ ]] || usage
+if [ "$WHAT" != all ] && ! grep -qx "$WHAT" <<<"$TARGETS"; then
+    echo "unknown fuzz target '$WHAT'; targets: $(echo $TARGETS)" >&2
+    exit 2
+fi
+
+if ! rustup run "$TOOLCHAIN" rustc -V >/dev/null 2>&1; then
+    echo "== installing the $TOOLCHAIN toolchain (libFuzzer needs it)" >&2
+    rustup toolchain install "$TOOLCHAIN" --profile minimal
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "== installing cargo-fuzz" >&2
+    cargo install cargo-fuzz --locked
+fi
+
+cd "$REPO/fuzz"
+export CARGO_TARGET_DIR="$REPO/target/fuzz-build"
+echo "== building the fuzz targets ($TOOLCHAIN, AddressSanitizer)" >&2
+cargo "+$TOOLCHAIN" fuzz build -O 2>&1 | grep -Ev '^\s+(Compiling|Checking)' >&2
+
+run_one() {
+    local t=$1 secs=$2
+    local corpus="$REPO/target/fuzz-corpus/$t" seeds="$REPO/fuzz/corpus/$t"
+    local artifacts="$REPO/target/fuzz-artifacts/$t" log="$REPO/target/fuzz-logs/$t.log"
+    mkdir -p "$corpus" "$seeds" "$artifacts" "$(dirname "$log")"
+    local before
+    before=$(find "$artifacts" -type f | wc -l)
+    local status=0
+    cargo "+$TOOLCHAIN" fuzz run -O "$t" "$corpus" "$seeds" -- \
+        -max_total_time="$secs" -timeout=20 -rss_limit_mb="${KORE_FUZZ_RSS_MB:-2048}" -print_final_stats=1 \
+        -artifact_prefix="$artifacts/" >"$log" 2>&1 || status=$?
+    local crashes=$(( $(find "$artifacts" -type f | wc -l) - before ))
+    local last execs
+    last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
+    execs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')
+    echo "fuzz $t: ${secs}s, executions $execs, $(sed -E 's/^#[0-9]+[[:space:]]+[A-Z]+[[:space:]]+//; s/[[:space:]]+(lim|exec\/s|rss|L|MS):.*//' <<<"$last"), crashes $crashes (log $log)"
+    if [ "$status" -ne 0 ] || [ "$crashes" -gt 0 ]; then
+        grep -E 'ERROR|panicked|Test unit written' "$log" | head -5 >&2 || true
+        return 1
+    fi
+}
+
+failed=0
+for t in $( [ "$WHAT" = all ] && echo $TARGETS || echo "$WHAT" ); do
+    run_one "$t" "$SECONDS_EACH" || failed=1
+done
+exit $failed
