@@ -31,6 +31,7 @@ pub mod loader;
 pub mod memory;
 pub mod preload;
 pub mod running;
+pub mod sandbox;
 pub mod signals;
 pub mod vcpu;
 pub mod vm;

@@ -1,0 +1,131 @@
+//! Process-wide privileges the VMM gives up once its files are open: core
+//! dumps and ptrace (guest memory must not end up on disk or in another
+//! process), file-descriptor and core rlimits, the host's network and mount
+//! namespaces, and root.
+//!
+//! Every step that the host does not allow is reported in
+//! [`Dropped::warnings`], never skipped silently; only a failed uid/gid
+//! change is an error, because running on as root would be a surprise.
+
+use std::ffi::CStr;
+
+/// Open files the VMM may hold after the drop (the vsock connections are the
+/// only thing that grows).
+pub const MAX_OPEN_FILES: u64 = 4096;
+
+/// Why privileges could not be dropped.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    /// `setgroups`/`setresgid`/`setresuid` failed.
+    #[error("dropping root to uid {uid} gid {gid} failed at {step}: {source}")]
+    Setid {
+        /// The uid asked for.
+        uid: u32,
+        /// The gid asked for.
+        gid: u32,
+        /// The call that failed.
+        step: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The uid changed but root could be regained: never run like that.
+    #[error("after dropping to uid {0} the process could still become root again")]
+    Regainable(u32),
+}
+
+/// What [`drop_privileges`] did.
+#[derive(Debug, Default, Clone)]
+pub struct Dropped {
+    /// The uid and gid the process runs as now.
+    pub uid: u32,
+    /// See `uid`.
+    pub gid: u32,
+    /// True if new network and mount namespaces were entered.
+    pub namespaces: bool,
+    /// Steps the host did not allow, one line each.
+    pub warnings: Vec<String>,
+}
+
+/// The account an unprivileged VMM runs as: `nobody`, else 65534/65534.
+pub fn unprivileged_ids() -> (u32, u32) {
+    let name: &CStr = c"nobody";
+    // SAFETY: getpwnam takes a NUL-terminated string and returns a pointer to
+    // static storage or null; the fields are read before any other NSS call.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return (65534, 65534);
+    }
+    // SAFETY: `pw` is non-null and points to a valid `passwd`.
+    unsafe { ((*pw).pw_uid, (*pw).pw_gid) }
+}
+
+fn os_err(ret: libc::c_int) -> Result<(), std::io::Error> {
+    match ret {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Gives up what the VMM no longer needs. `namespaces`: also enter new
+/// network and mount namespaces (only possible while the process has one
+/// thread). When the effective uid is root, switches to `ids` (default
+/// [`unprivileged_ids`]) for all threads.
+pub fn drop_privileges(
+    ids: Option<(u32, u32)>,
+    namespaces: bool,
+) -> Result<Dropped, PrivilegeError> {
+    let mut out = Dropped::default();
+    // SAFETY: prctl with PR_SET_DUMPABLE takes an integer argument only.
+    if let Err(e) = os_err(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) }) {
+        out.warnings.push(format!("core dumps and ptrace stay possible (PR_SET_DUMPABLE: {e})"));
+    }
+    set_limit(libc::RLIMIT_CORE, 0, &mut out);
+    set_limit(libc::RLIMIT_NOFILE, MAX_OPEN_FILES, &mut out);
+    if namespaces {
+        // SAFETY: unshare takes flags only; it fails cleanly when not allowed.
+        match os_err(unsafe { libc::unshare(libc::CLONE_NEWNET | libc::CLONE_NEWNS) }) {
+            Ok(()) => out.namespaces = true,
+            Err(e) => out.warnings.push(format!(
+                "the VMM keeps the host's network and mount namespaces (unshare: {e})"
+            )),
+        }
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let (uid, gid) = ids.unwrap_or_else(unprivileged_ids);
+        become_user(uid, gid)?;
+    } else {
+        out.warnings.push("not started as root: the uid stays as it is".into());
+    }
+    // SAFETY: getuid/getgid have no preconditions.
+    (out.uid, out.gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    Ok(out)
+}
+
+fn set_limit(resource: libc::__rlimit_resource_t, max: u64, out: &mut Dropped) {
+    let mut cur = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `cur` is a valid rlimit to fill.
+    let got = os_err(unsafe { libc::getrlimit(resource, &mut cur) });
+    let hard = if got.is_ok() { cur.rlim_max.min(max) } else { max };
+    let lim = libc::rlimit { rlim_cur: hard, rlim_max: hard };
+    // SAFETY: `lim` is a valid rlimit; lowering limits is always allowed.
+    if let Err(e) = os_err(unsafe { libc::setrlimit(resource, &lim) }) {
+        out.warnings.push(format!("rlimit {resource} stays as it is ({e})"));
+    }
+}
+
+fn become_user(uid: u32, gid: u32) -> Result<(), PrivilegeError> {
+    let err = |step, source| PrivilegeError::Setid { uid, gid, step, source };
+    // SAFETY: setgroups with size 0 ignores the list pointer; glibc's set*id
+    // wrappers apply the change to every thread of the process.
+    unsafe {
+        os_err(libc::setgroups(0, std::ptr::null())).map_err(|e| err("setgroups", e))?;
+        os_err(libc::setresgid(gid, gid, gid)).map_err(|e| err("setresgid", e))?;
+        os_err(libc::setresuid(uid, uid, uid)).map_err(|e| err("setresuid", e))?;
+        if uid != 0 && libc::setuid(0) == 0 {
+            return Err(PrivilegeError::Regainable(uid));
+        }
+    }
+    tracing::info!(uid, gid, "VMM dropped root");
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! Per-thread seccomp-bpf allowlists of the VMM.
+//!
+//! Each VMM thread installs the filter of its [`ThreadKind`] itself, once its
+//! setup is done and before it touches anything the guest controls. Filters
+//! are inherited by threads created later and can never be removed or
+//! widened. A call outside the list kills the process (`SIGSYS`, exit status
+//! 159 from a shell); `openat` alone fails with `EACCES` instead, because
+//! glibc's allocator may probe `/proc/sys/vm/overcommit_memory` on any thread.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// The kinds of VMM thread, each with its own allowlist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadKind {
+    /// Runs one vCPU: `KVM_RUN`, register reads for crash reports, device
+    /// register accesses (eventfd writes), console writes.
+    Vcpu,
+    /// The virtio-vsock event loop: epoll, the host Unix sockets (accepting,
+    /// and connecting for guest-initiated streams), eventfds.
+    EventLoop,
+    /// The VMM's main thread after start: waits for the vCPUs, forwards
+    /// signals, stops the VM (kicks vCPUs with `tgkill`).
+    Main,
+}
+
+/// Why a filter could not be built or installed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    /// The rule set is invalid (a bug).
+    #[error("building the seccomp filter failed: {0}")]
+    Build(#[from] seccompiler::BackendError),
+    /// The kernel refused the filter (no seccomp support, or no permission).
+    #[error(
+        "installing the seccomp filter failed: {0}; run on a kernel with CONFIG_SECCOMP_FILTER"
+    )]
+    Install(#[from] seccompiler::Error),
+}
+
+// KVM ioctl request numbers (linux/kvm.h).
+vmm_sys_util::ioctl_io_nr!(KVM_RUN, 0xAE, 0x80);
+vmm_sys_util::ioctl_ior_nr!(KVM_GET_REGS, 0xAE, 0x81, kvm_bindings::kvm_regs);
+vmm_sys_util::ioctl_iow_nr!(KVM_SET_REGS, 0xAE, 0x82, kvm_bindings::kvm_regs);
+vmm_sys_util::ioctl_ior_nr!(KVM_GET_SREGS, 0xAE, 0x83, kvm_bindings::kvm_sregs);
+vmm_sys_util::ioctl_ior_nr!(KVM_GET_LAPIC, 0xAE, 0x8e, kvm_bindings::kvm_lapic_state);
+
+/// System calls every VMM thread needs: memory, futexes, signals, time,
+/// thread exit, writes to already-open descriptors.
+const COMMON: &[i64] = &[
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_writev,
+    libc::SYS_close,
+    libc::SYS_futex,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mprotect,
+    libc::SYS_madvise,
+    libc::SYS_mremap,
+    libc::SYS_brk,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_sigaltstack,
+    libc::SYS_sched_yield,
+    libc::SYS_sched_getaffinity,
+    libc::SYS_getpid,
+    libc::SYS_gettid,
+    libc::SYS_getrandom,
+    libc::SYS_clock_gettime,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_nanosleep,
+    libc::SYS_restart_syscall,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+    libc::SYS_openat,
+];
+
+/// Extra calls of the event loop.
+const EVENT_LOOP: &[i64] = &[
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_ctl,
+    libc::SYS_accept4,
+    libc::SYS_connect,
+    libc::SYS_recvfrom,
+    libc::SYS_recvmsg,
+    libc::SYS_sendto,
+    libc::SYS_sendmsg,
+    libc::SYS_shutdown,
+    libc::SYS_getsockopt,
+    libc::SYS_fcntl,
+];
+
+/// Extra calls of the main thread.
+const MAIN: &[i64] = &[
+    libc::SYS_tgkill,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_wait4,
+];
+
+fn arg_eq(index: u8, value: u64) -> SeccompRule {
+    let c = SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
+        .expect("valid condition");
+    SeccompRule::new(vec![c]).expect("non-empty rule")
+}
+
+fn ioctls(requests: &[u64]) -> Vec<SeccompRule> {
+    requests.iter().map(|&r| arg_eq(1, r)).collect()
+}
+
+/// The allowlist of `kind`: system call number -> rules (empty: any arguments).
+fn rules(kind: ThreadKind) -> BTreeMap<i64, Vec<SeccompRule>> {
+    let mut m: BTreeMap<i64, Vec<SeccompRule>> = COMMON.iter().map(|&s| (s, vec![])).collect();
+    match kind {
+        ThreadKind::Vcpu => {
+            let kvm = [KVM_RUN(), KVM_GET_REGS(), KVM_SET_REGS(), KVM_GET_SREGS(), KVM_GET_LAPIC()];
+            m.insert(libc::SYS_ioctl, ioctls(&kvm.map(u64::from)));
+        }
+        ThreadKind::EventLoop => {
+            m.extend(EVENT_LOOP.iter().map(|&s| (s, vec![])));
+            m.insert(libc::SYS_ioctl, ioctls(&[libc::FIONBIO]));
+            // Guest-initiated streams connect to the host's Unix sockets only.
+            m.insert(libc::SYS_socket, vec![arg_eq(0, libc::AF_UNIX as u64)]);
+        }
+        ThreadKind::Main => m.extend(MAIN.iter().map(|&s| (s, vec![]))),
+    }
+    m
+}
+
+/// The compiled filters for `kind`, in installation order: `openat` ->
+/// `EACCES`, then the allowlist (anything else kills the process; installing
+/// it last matters: it forbids the `prctl` and `seccomp` calls that install
+/// filters). The kernel runs every installed filter and takes the strictest
+/// answer.
+pub fn filter(kind: ThreadKind) -> Result<Vec<BpfProgram>, SeccompError> {
+    let allow = SeccompFilter::new(
+        rules(kind),
+        SeccompAction::KillProcess,
+        SeccompAction::Allow,
+        TargetArch::x86_64,
+    )?;
+    let no_open = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_openat, vec![])]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        TargetArch::x86_64,
+    )?;
+    Ok(vec![no_open.try_into()?, allow.try_into()?])
+}
+
+/// Installs the filters of `kind` on the calling thread (and sets its
+/// `NO_NEW_PRIVS`). Irreversible.
+pub fn apply(kind: ThreadKind) -> Result<(), SeccompError> {
+    for program in filter(kind)? {
+        seccompiler::apply_filter(&program)?;
+    }
+    tracing::debug!(?kind, "seccomp filter installed");
+    Ok(())
+}
