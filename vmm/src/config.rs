@@ -73,6 +73,9 @@ pub struct VmConfig {
     pub console_lines: usize,
     /// The CPU the guest sees (CPUID bits and XCR0).
     pub guest_cpu: crate::GuestCpu,
+    /// Seccomp filters each VMM thread installs when it starts (none: the
+    /// threads run unfiltered, as in tests that boot VMs in-process).
+    pub thread_filters: Option<crate::sandbox::ThreadFilters>,
 }
 
 impl VmConfig {
@@ -90,6 +93,7 @@ impl VmConfig {
             cmdline: String::new(),
             console_lines: 200,
             guest_cpu: crate::GuestCpu::Host,
+            thread_filters: None,
         }
     }
 
@@ -108,6 +112,13 @@ impl VmConfig {
     /// Sets the CPU level the guest sees.
     pub fn guest_cpu(mut self, level: crate::GuestCpu) -> Self {
         self.guest_cpu = level;
+        self
+    }
+
+    /// Has every vCPU and device thread install its seccomp filter
+    /// ([`crate::sandbox`]) before it runs.
+    pub fn thread_filters(mut self, filters: crate::sandbox::ThreadFilters) -> Self {
+        self.thread_filters = Some(filters);
         self
     }
 

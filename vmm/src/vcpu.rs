@@ -106,8 +106,13 @@ pub(crate) fn run(
     entry: u64,
     sh: Arc<Shared>,
     mem: GuestMemoryMmap,
+    filters: Option<crate::sandbox::ThreadFilters>,
 ) {
     let mut runner = Runner::new(vcpu);
+    if let Some(Err(e)) = filters.map(|f| f.apply(crate::sandbox::ThreadKind::Vcpu)) {
+        crash(&runner, cpu, format!("vCPU thread confinement failed: {e}"), &sh);
+        return;
+    }
     if cpu != 0 {
         sh.wait_release();
         if sh.stop.load(Ordering::SeqCst) {

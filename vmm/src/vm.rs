@@ -170,11 +170,12 @@ impl Vm {
         let mut threads = Vec::new();
         let ncpus = config.vcpus;
         let entered = Instant::now();
+        let filters = config.thread_filters;
         for (i, fd) in vcpus.into_iter().enumerate() {
             let (sh, m, entry) = (shared.clone(), mem.clone(), kernel.entry);
             let t = std::thread::Builder::new()
                 .name(format!("kore-vcpu{i}"))
-                .spawn(move || vcpu::run(fd, i as u32, ncpus, entry, sh, m))
+                .spawn(move || vcpu::run(fd, i as u32, ncpus, entry, sh, m, filters))
                 .map_err(VmError::Thread)?;
             threads.push(t);
         }

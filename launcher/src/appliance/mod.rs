@@ -21,6 +21,7 @@ pub mod images;
 pub mod import;
 pub mod native;
 pub mod vm;
+pub mod vmm_process;
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -213,18 +214,10 @@ impl Appliance {
         }
     }
 
-    /// The guest's console tail (VMs this process booted).
-    pub fn console_lines(&self) -> Vec<String> {
+    /// What the VMM process of a booted VM confined.
+    pub fn confinement(&self) -> Option<&vmm_process::Confinement> {
         match &self.kind {
-            Kind::Vm(v) => v.console_lines(),
-            _ => Vec::new(),
-        }
-    }
-
-    /// A handle that stops a booted VM from elsewhere (e.g. a signal watcher).
-    pub fn stopper(&self) -> Option<kore_vmm::Stopper> {
-        match &self.kind {
-            Kind::Vm(v) => v.stopper(),
+            Kind::Vm(v) => v.confinement(),
             _ => None,
         }
     }

@@ -1,7 +1,8 @@
-//! The appliance in the Kore VM: boots kore-vmm with the Kore kernel and the
-//! ring-3 appliance image, the pack preloaded into guest memory (progress bar
-//! on stderr), and the vsock device's host socket in a runtime directory;
-//! waits until the guest service accepts on port 1025.
+//! The appliance in the Kore VM: boots kore-vmm, in its own confined process
+//! ([`super::vmm_process`]), with the Kore kernel and the ring-3 appliance
+//! image, the pack preloaded into guest memory (progress bar on stderr), and
+//! the vsock device's host socket in a runtime directory; waits until the
+//! guest service accepts on port 1025.
 //! The guest images come from [`super::images`].
 
 use std::os::unix::net::UnixStream;
@@ -9,9 +10,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kore_vmm::memory::MemoryError;
 use kore_vmm::vsock::{self, ConnectError};
-use kore_vmm::{HugePageSize, RunningVm, Stopper, Vm, VmConfig, VmError};
+use kore_vmm::HugePageSize;
+
+use super::vmm_process::{Confinement, VmmProcess, VmmSpec};
 
 use crate::error::{LaunchError, Result};
 
@@ -65,7 +67,7 @@ impl BootReport {
 
 /// A booted appliance VM.
 pub struct VmAppliance {
-    vm: Option<RunningVm>,
+    vmm: Option<VmmProcess>,
     socket: PathBuf,
     report: BootReport,
 }
@@ -132,25 +134,13 @@ impl VmAppliance {
         remove_stale_socket(&opts.socket)?;
         let mut meter = PreloadMeter::new();
         let started = Instant::now();
-        let mut progress = |p: kore_vmm::Progress| meter.update(p.done, p.total);
-        let vm = match Vm::start(vm_config(opts, pack, opts.hugepages), &mut progress) {
-            // No hugepages reserved (e.g. the first run on a fresh machine): ordinary
-            // pages work, only slower to fill and with more TLB misses.
-            Err(VmError::Memory(short @ MemoryError::HugepagesShort { .. }))
-                if opts.hugepages != HugePageSize::Off =>
-            {
-                eprintln!(
-                    "kore-launch: warning: {short}; booting on ordinary pages this time \
-                     (`sudo kore-launch setup` reserves hugepages)"
-                );
-                Vm::start(vm_config(opts, pack, HugePageSize::Off), &mut progress)
-            }
-            other => other,
-        }
-        .map_err(|e| LaunchError::Host(format!("cannot boot the Kore VM: {e}")))?;
+        let vmm = VmmProcess::spawn(&vmm_spec(opts, pack), &mut |done, total| {
+            meter.update(done, total)
+        });
         let (preload_bytes, preload_time) = meter.finish();
+        let vmm = vmm?;
         let mut me = VmAppliance {
-            vm: Some(vm),
+            vmm: Some(vmm),
             socket: opts.socket.clone(),
             report: BootReport {
                 boot_to_ready: Duration::ZERO,
@@ -179,13 +169,13 @@ impl VmAppliance {
                 Err(e) if is_not_yet(&e) => {}
                 Err(e) => return Err(LaunchError::Other(format!("the Kore guest's vsock: {e}"))),
             }
-            let vm = self.vm.as_ref().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
-            if let Some(outcome) = vm.wait_timeout(Duration::from_millis(10)) {
-                let tail = vm.console_lines();
-                let tail = tail[tail.len().saturating_sub(15)..].join("\n");
-                let how = match outcome {
-                    Ok(status) => format!("exited with status {status}"),
-                    Err(e) => e.to_string(),
+            let vmm = self.vmm.as_mut().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
+            if let Some(ended) = vmm.wait_timeout(Duration::from_millis(10)) {
+                let tail = ended.console.join("\n");
+                let how = match (ended.status, &ended.error) {
+                    (Some(status), _) => format!("exited with status {status}"),
+                    (None, Some(e)) => e.clone(),
+                    (None, None) => "ended".to_string(),
                 };
                 return Err(LaunchError::Other(format!(
                     "the Kore guest {how} before its service was ready; console:\n{tail}"
@@ -214,22 +204,23 @@ impl VmAppliance {
         self.report
     }
 
-    /// The last lines the guest wrote to its console.
-    pub fn console_lines(&self) -> Vec<String> {
-        self.vm.as_ref().map(RunningVm::console_lines).unwrap_or_default()
-    }
-
-    /// A handle that stops the VM from elsewhere (a signal handler).
-    pub fn stopper(&self) -> Option<Stopper> {
-        self.vm.as_ref().map(RunningVm::stopper)
+    /// What the VMM process confined (pid, uid, seccomp, namespaces).
+    pub fn confinement(&self) -> Option<&Confinement> {
+        self.vmm.as_ref().map(VmmProcess::confinement)
     }
 
     /// Blocks until the guest exits (for a background `up` process).
     pub fn wait(mut self) -> Result<u32> {
-        let vm = self.vm.take().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
-        let status = vm.wait().map_err(|e| LaunchError::Other(format!("the Kore VM: {e}")));
+        let mut vmm = self.vmm.take().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
+        let ended = vmm.wait();
         let _ = std::fs::remove_file(&self.socket);
-        status
+        match (ended.status, ended.error) {
+            (Some(status), _) => Ok(status),
+            (None, e) => Err(LaunchError::Other(format!(
+                "the Kore VM: {}",
+                e.unwrap_or_else(|| "ended".into())
+            ))),
+        }
     }
 
     /// Stops the VM and removes its socket.
@@ -238,8 +229,8 @@ impl VmAppliance {
     }
 
     fn stop(&mut self) {
-        if let Some(vm) = self.vm.take() {
-            vm.stop();
+        if let Some(mut vmm) = self.vmm.take() {
+            vmm.stop();
         }
         let _ = std::fs::remove_file(&self.socket);
     }
@@ -251,20 +242,25 @@ impl Drop for VmAppliance {
     }
 }
 
-/// The VMM configuration for `opts` with guest RAM on `pages`.
-fn vm_config(opts: &BootOptions, pack: &Path, pages: HugePageSize) -> VmConfig {
-    let mut config = VmConfig::new(&opts.images.kernel)
-        .user_image(&opts.images.image)
-        .vcpus(opts.vcpus)
-        .memory_mib(opts.memory_bytes.div_ceil(1 << 20))
-        .hugepages(pages)
-        .guest_cpu(opts.guest_cpu)
-        .vsock_uds(&opts.socket)
-        .cmdline(opts.cmdline.clone());
-    for f in crate::host::sizing::PRELOADED {
-        config = config.preload(pack.join(f));
+/// What the VMM process boots for `opts`.
+fn vmm_spec(opts: &BootOptions, pack: &Path) -> VmmSpec {
+    let hugepages = match opts.hugepages {
+        HugePageSize::Size2M => "2M",
+        HugePageSize::Size1G => "1G",
+        HugePageSize::Off => "off",
+    };
+    VmmSpec {
+        kernel: opts.images.kernel.clone(),
+        image: opts.images.image.clone(),
+        vcpus: opts.vcpus,
+        memory_mib: opts.memory_bytes.div_ceil(1 << 20),
+        hugepages: hugepages.into(),
+        guest_cpu: opts.guest_cpu.to_string(),
+        socket: opts.socket.clone(),
+        cmdline: opts.cmdline.clone(),
+        preload: crate::host::sizing::PRELOADED.iter().map(|f| pack.join(f)).collect(),
+        confine: true,
     }
-    config
 }
 
 /// Fails unless `pack` has every file the guest reads.

@@ -134,6 +134,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         "model": args.model.as_ref().map(|p| p.display().to_string()),
         "native": args.native,
         "started_unix": started,
+        "vmm": backend.vmm(),
     });
     write_file(&rt.state_file(), &format!("{state}\n"))?;
     write_file(&rt.pid_file(), &format!("{}\n", std::process::id()))?;

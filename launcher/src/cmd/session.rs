@@ -29,6 +29,10 @@ pub trait Backend {
     }
     /// One line saying what serves the requests (for `status` and logs).
     fn describe(&self) -> String;
+    /// The VMM process's confinement, when this backend booted a VM.
+    fn vmm(&self) -> Option<serde_json::Value> {
+        None
+    }
     /// Stops what this backend started (shuts a booted VM down cleanly);
     /// leaves an attached background appliance running.
     fn shutdown(self: Box<Self>) -> Result<()>;

@@ -39,6 +39,10 @@ impl Backend for ApplianceBackend {
         }
     }
 
+    fn vmm(&self) -> Option<serde_json::Value> {
+        self.appliance.confinement().and_then(|c| serde_json::to_value(c).ok())
+    }
+
     fn shutdown(self: Box<Self>) -> Result<()> {
         self.appliance.shutdown();
         Ok(())

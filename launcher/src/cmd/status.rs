@@ -46,6 +46,16 @@ pub fn run(args: StatusArgs) -> Result<()> {
         info["connections"], info["queued"], report["uptime_s"]
     );
     println!("  socket {}", report["socket"].as_str().unwrap_or("?"));
+    if let Some(v) = report["vmm"].as_object() {
+        let on = |k: &str| if v.get(k) == Some(&Value::Bool(true)) { "on" } else { "off" };
+        println!(
+            "  VMM process {}: uid {}, seccomp {}, own network and mount namespaces {}",
+            v["pid"],
+            v["uid"],
+            on("seccomp"),
+            on("namespaces")
+        );
+    }
     Ok(())
 }
 
@@ -70,6 +80,7 @@ fn running(rt: &Runtime, pid: u32) -> Result<Value> {
         "socket": rt.socket(),
         "engine": state["engine"],
         "native": state["native"],
+        "vmm": state["vmm"],
         "uptime_s": uptime,
         "info": info,
     }))

@@ -119,7 +119,8 @@ fn attach_vsock(
     )
     .map_err(VsockError::Queue)?;
     let transport = Arc::new(Mutex::new(transport));
-    devices.vsock = Some(vsock::spawn(transport.clone(), config.guest_cid, uds, notify, wake)?);
+    let (cid, filters) = (config.guest_cid, config.thread_filters);
+    devices.vsock = Some(vsock::spawn(transport.clone(), cid, uds, notify, wake, filters)?);
     devices.mmio.insert(transport, base, size)?;
     devices.boot.push(Device {
         kind: DeviceKind::VirtioVsock as u32,

@@ -18,7 +18,7 @@ pub mod privileges;
 pub mod seccomp;
 
 pub use privileges::{drop_privileges, Dropped, PrivilegeError};
-pub use seccomp::{apply, filter, SeccompError, ThreadKind};
+pub use seccomp::{apply, filter, SeccompError, ThreadFilters, ThreadKind};
 
 #[cfg(test)]
 mod tests;

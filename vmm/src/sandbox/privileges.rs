@@ -122,7 +122,9 @@ fn become_user(uid: u32, gid: u32) -> Result<(), PrivilegeError> {
         os_err(libc::setgroups(0, std::ptr::null())).map_err(|e| err("setgroups", e))?;
         os_err(libc::setresgid(gid, gid, gid)).map_err(|e| err("setresgid", e))?;
         os_err(libc::setresuid(uid, uid, uid)).map_err(|e| err("setresuid", e))?;
-        if uid != 0 && libc::setuid(0) == 0 {
+        // The raw call tests this thread only (glibc's setuid would ask every
+        // thread to try, and filtered threads may not).
+        if uid != 0 && libc::syscall(libc::SYS_setuid, 0) == 0 {
             return Err(PrivilegeError::Regainable(uid));
         }
     }

@@ -4,8 +4,9 @@
 //! setup is done and before it touches anything the guest controls. Filters
 //! are inherited by threads created later and can never be removed or
 //! widened. A call outside the list kills the process (`SIGSYS`, exit status
-//! 159 from a shell); `openat` alone fails with `EACCES` instead, because
-//! glibc's allocator may probe `/proc/sys/vm/overcommit_memory` on any thread.
+//! 159 from a shell); opening and unlinking files fail with `EACCES` instead
+//! ([`DENIED`]): glibc's allocator may probe `/proc/sys/vm/overcommit_memory`
+//! on any thread, and the vsock device removes its socket file when it stops.
 
 use std::collections::BTreeMap;
 
@@ -28,6 +29,26 @@ pub enum ThreadKind {
     Main,
 }
 
+/// What a VM's threads install when they start ([`crate::VmConfig::thread_filters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadFilters {
+    /// The uid/gid the process will drop to after its threads started: the
+    /// filters then also allow `setgroups` and `setresgid`/`setresuid` to
+    /// exactly these ids (glibc runs them on every thread), and nothing else.
+    pub allow_setid_to: Option<(u32, u32)>,
+}
+
+impl ThreadFilters {
+    /// Installs the filters of `kind` on the calling thread.
+    pub fn apply(&self, kind: ThreadKind) -> Result<(), SeccompError> {
+        for program in filter(kind, self.allow_setid_to)? {
+            seccompiler::apply_filter(&program)?;
+        }
+        tracing::debug!(?kind, "seccomp filter installed");
+        Ok(())
+    }
+}
+
 /// Why a filter could not be built or installed.
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
@@ -48,6 +69,9 @@ vmm_sys_util::ioctl_iow_nr!(KVM_SET_REGS, 0xAE, 0x82, kvm_bindings::kvm_regs);
 vmm_sys_util::ioctl_ior_nr!(KVM_GET_SREGS, 0xAE, 0x83, kvm_bindings::kvm_sregs);
 vmm_sys_util::ioctl_ior_nr!(KVM_GET_LAPIC, 0xAE, 0x8e, kvm_bindings::kvm_lapic_state);
 
+/// Calls that fail with `EACCES` instead of killing the process.
+const DENIED: &[i64] = &[libc::SYS_openat, libc::SYS_open, libc::SYS_unlink, libc::SYS_unlinkat];
+
 /// System calls every VMM thread needs: memory, futexes, signals, time,
 /// thread exit, writes to already-open descriptors.
 const COMMON: &[i64] = &[
@@ -55,6 +79,8 @@ const COMMON: &[i64] = &[
     libc::SYS_write,
     libc::SYS_writev,
     libc::SYS_close,
+    // Rust's debug builds check a descriptor with F_GETFD when dropping it.
+    libc::SYS_fcntl,
     libc::SYS_futex,
     libc::SYS_mmap,
     libc::SYS_munmap,
@@ -68,7 +94,12 @@ const COMMON: &[i64] = &[
     libc::SYS_sched_yield,
     libc::SYS_sched_getaffinity,
     libc::SYS_getpid,
+    libc::SYS_getppid,
     libc::SYS_gettid,
+    libc::SYS_getuid,
+    libc::SYS_geteuid,
+    libc::SYS_getgid,
+    libc::SYS_getegid,
     libc::SYS_getrandom,
     libc::SYS_clock_gettime,
     libc::SYS_clock_nanosleep,
@@ -76,7 +107,6 @@ const COMMON: &[i64] = &[
     libc::SYS_restart_syscall,
     libc::SYS_exit,
     libc::SYS_exit_group,
-    libc::SYS_openat,
 ];
 
 /// Extra calls of the event loop.
@@ -92,7 +122,6 @@ const EVENT_LOOP: &[i64] = &[
     libc::SYS_sendmsg,
     libc::SYS_shutdown,
     libc::SYS_getsockopt,
-    libc::SYS_fcntl,
 ];
 
 /// Extra calls of the main thread.
@@ -104,10 +133,25 @@ const MAIN: &[i64] = &[
     libc::SYS_wait4,
 ];
 
+fn cond(index: u8, value: u64) -> SeccompCondition {
+    SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
+        .expect("valid condition")
+}
+
 fn arg_eq(index: u8, value: u64) -> SeccompRule {
-    let c = SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
-        .expect("valid condition");
-    SeccompRule::new(vec![c]).expect("non-empty rule")
+    SeccompRule::new(vec![cond(index, value)]).expect("non-empty rule")
+}
+
+/// `setgroups(0, _)`, `setresgid(g, g, g)` and `setresuid(u, u, u)`.
+fn setid_rules(uid: u32, gid: u32) -> [(i64, Vec<SeccompRule>); 3] {
+    let all3 = |v: u32| {
+        SeccompRule::new((0..3).map(|i| cond(i, v as u64)).collect()).expect("non-empty rule")
+    };
+    [
+        (libc::SYS_setgroups, vec![arg_eq(0, 0)]),
+        (libc::SYS_setresgid, vec![all3(gid)]),
+        (libc::SYS_setresuid, vec![all3(uid)]),
+    ]
 }
 
 fn ioctls(requests: &[u64]) -> Vec<SeccompRule> {
@@ -115,8 +159,9 @@ fn ioctls(requests: &[u64]) -> Vec<SeccompRule> {
 }
 
 /// The allowlist of `kind`: system call number -> rules (empty: any arguments).
-fn rules(kind: ThreadKind) -> BTreeMap<i64, Vec<SeccompRule>> {
-    let mut m: BTreeMap<i64, Vec<SeccompRule>> = COMMON.iter().map(|&s| (s, vec![])).collect();
+fn rules(kind: ThreadKind, setid_to: Option<(u32, u32)>) -> BTreeMap<i64, Vec<SeccompRule>> {
+    let mut m: BTreeMap<i64, Vec<SeccompRule>> =
+        COMMON.iter().chain(DENIED).map(|&s| (s, vec![])).collect();
     match kind {
         ThreadKind::Vcpu => {
             let kvm = [KVM_RUN(), KVM_GET_REGS(), KVM_SET_REGS(), KVM_GET_SREGS(), KVM_GET_LAPIC()];
@@ -130,23 +175,29 @@ fn rules(kind: ThreadKind) -> BTreeMap<i64, Vec<SeccompRule>> {
         }
         ThreadKind::Main => m.extend(MAIN.iter().map(|&s| (s, vec![]))),
     }
+    if let Some((uid, gid)) = setid_to {
+        m.extend(setid_rules(uid, gid));
+    }
     m
 }
 
-/// The compiled filters for `kind`, in installation order: `openat` ->
+/// The compiled filters for `kind`, in installation order: [`DENIED`] ->
 /// `EACCES`, then the allowlist (anything else kills the process; installing
 /// it last matters: it forbids the `prctl` and `seccomp` calls that install
 /// filters). The kernel runs every installed filter and takes the strictest
 /// answer.
-pub fn filter(kind: ThreadKind) -> Result<Vec<BpfProgram>, SeccompError> {
+pub fn filter(
+    kind: ThreadKind,
+    setid_to: Option<(u32, u32)>,
+) -> Result<Vec<BpfProgram>, SeccompError> {
     let allow = SeccompFilter::new(
-        rules(kind),
+        rules(kind, setid_to),
         SeccompAction::KillProcess,
         SeccompAction::Allow,
         TargetArch::x86_64,
     )?;
     let no_open = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_openat, vec![])]),
+        DENIED.iter().map(|&s| (s, vec![])).collect(),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EACCES as u32),
         TargetArch::x86_64,
@@ -157,9 +208,5 @@ pub fn filter(kind: ThreadKind) -> Result<Vec<BpfProgram>, SeccompError> {
 /// Installs the filters of `kind` on the calling thread (and sets its
 /// `NO_NEW_PRIVS`). Irreversible.
 pub fn apply(kind: ThreadKind) -> Result<(), SeccompError> {
-    for program in filter(kind)? {
-        seccompiler::apply_filter(&program)?;
-    }
-    tracing::debug!(?kind, "seccomp filter installed");
-    Ok(())
+    ThreadFilters::default().apply(kind)
 }

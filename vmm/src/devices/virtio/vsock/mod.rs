@@ -326,12 +326,15 @@ pub fn bind(uds: &Path) -> Result<UnixListener, VsockError> {
 
 /// Starts the event loop serving `transport` for guest `cid`: `notify` is the
 /// queue-notify ioeventfd, `wake` the transport's activation/reset eventfd.
+/// With `filters`, the loop installs its seccomp filter before it runs (and
+/// does not run if that fails).
 pub fn spawn(
     transport: Arc<Mutex<MmioTransport>>,
     cid: u64,
     uds: &Path,
     notify: EventFd,
     wake: EventFd,
+    filters: Option<crate::sandbox::ThreadFilters>,
 ) -> Result<VsockHandle, VsockError> {
     let listener = bind(uds)?;
     let epoll = Epoll::new()?;
@@ -349,7 +352,13 @@ pub fn spawn(
     let mut backend = VsockBackend::new(transport, muxer);
     let thread = std::thread::Builder::new().name("kore-vsock".into()).spawn({
         let reset = reset.try_clone()?;
-        move || event_loop(&mut backend, &notify, &wake, &reset)
+        move || {
+            if let Some(Err(e)) = filters.map(|f| f.apply(crate::sandbox::ThreadKind::EventLoop)) {
+                tracing::error!("vsock: confining the event loop failed ({e}); the device stays off");
+                return;
+            }
+            event_loop(&mut backend, &notify, &wake, &reset)
+        }
     })?;
     Ok(VsockHandle { stop, reset, thread: Some(thread), uds: uds.to_path_buf() })
 }
