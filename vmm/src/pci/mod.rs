@@ -10,6 +10,8 @@
 pub mod config;
 pub mod host;
 pub mod irq;
+#[cfg(feature = "test-devices")]
+pub mod kore_dma;
 pub mod msix;
 
 /// A PCI function behind the host bridge.

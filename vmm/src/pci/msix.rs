@@ -132,6 +132,12 @@ impl Msix {
         self.deliver_unmasked();
     }
 
+    /// Applies the Message Control of the capability at `cap` in `config`
+    /// (call after every accepted config write).
+    pub fn sync_control(&mut self, config: &super::config::ConfigSpace, cap: u16) {
+        self.set_control((config.dword(cap) >> 16) as u16);
+    }
+
     fn masked(&self, v: u16) -> bool {
         self.control & CTL_FUNCTION_MASK != 0
             || self.entries[usize::from(v)].ctrl & ENTRY_MASKED != 0
