@@ -73,6 +73,12 @@ pub struct VmConfig {
     pub console_lines: usize,
     /// The CPU the guest sees (CPUID bits and XCR0).
     pub guest_cpu: crate::GuestCpu,
+    /// Attach the emulated kore-dma PCI test device (feature `test-devices`).
+    #[cfg(feature = "test-devices")]
+    pub pci_test_device: bool,
+    /// A host PCI function (`DDDD:BB:DD.F`, bound to vfio-pci) to pass
+    /// through with VFIO.
+    pub vf: Option<String>,
 }
 
 impl VmConfig {
@@ -90,6 +96,9 @@ impl VmConfig {
             cmdline: String::new(),
             console_lines: 200,
             guest_cpu: crate::GuestCpu::Host,
+            #[cfg(feature = "test-devices")]
+            pci_test_device: false,
+            vf: None,
         }
     }
 
@@ -132,6 +141,20 @@ impl VmConfig {
     /// Attaches a vsock device whose host side is the Unix socket `path`.
     pub fn vsock_uds(mut self, path: impl AsRef<Path>) -> Self {
         self.vsock_uds = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Attaches the emulated kore-dma PCI test device (feature `test-devices`).
+    #[cfg(feature = "test-devices")]
+    pub fn pci_test_device(mut self, on: bool) -> Self {
+        self.pci_test_device = on;
+        self
+    }
+
+    /// Passes the host PCI function `addr` (e.g. `0000:3b:00.2`, bound to
+    /// vfio-pci) through to the guest.
+    pub fn vf(mut self, addr: impl Into<String>) -> Self {
+        self.vf = Some(addr.into());
         self
     }
 
