@@ -76,6 +76,12 @@ pub struct VmConfig {
     /// Seccomp filters each VMM thread installs when it starts (none: the
     /// threads run unfiltered, as in tests that boot VMs in-process).
     pub thread_filters: Option<crate::sandbox::ThreadFilters>,
+    /// Attach the emulated kore-dma PCI test device (feature `test-devices`).
+    #[cfg(feature = "test-devices")]
+    pub pci_test_device: bool,
+    /// A host PCI function (`DDDD:BB:DD.F`, bound to vfio-pci) to pass
+    /// through with VFIO.
+    pub vf: Option<String>,
 }
 
 impl VmConfig {
@@ -94,6 +100,9 @@ impl VmConfig {
             console_lines: 200,
             guest_cpu: crate::GuestCpu::Host,
             thread_filters: None,
+            #[cfg(feature = "test-devices")]
+            pci_test_device: false,
+            vf: None,
         }
     }
 
@@ -143,6 +152,20 @@ impl VmConfig {
     /// Attaches a vsock device whose host side is the Unix socket `path`.
     pub fn vsock_uds(mut self, path: impl AsRef<Path>) -> Self {
         self.vsock_uds = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Attaches the emulated kore-dma PCI test device (feature `test-devices`).
+    #[cfg(feature = "test-devices")]
+    pub fn pci_test_device(mut self, on: bool) -> Self {
+        self.pci_test_device = on;
+        self
+    }
+
+    /// Passes the host PCI function `addr` (e.g. `0000:3b:00.2`, bound to
+    /// vfio-pci) through to the guest.
+    pub fn vf(mut self, addr: impl Into<String>) -> Self {
+        self.vf = Some(addr.into());
         self
     }
 

@@ -93,6 +93,11 @@ impl Vm {
                 config.vcpus
             )));
         }
+        if let Some(vf) = &config.vf {
+            // Before any memory is reserved: a missing piece fails fast, leaving nothing behind.
+            crate::pci::vfio::preflight(std::path::Path::new("/"), vf)
+                .map_err(|e| VmError::Device(e.into()))?;
+        }
         let (slots, pack_bytes) = preload::plan(&config.preload)?;
         let plan = RamPlan::new(config.memory_bytes, pack_bytes, config.hugepages.bytes())?;
         let ram = GuestRam::new(plan.clone(), config.hugepages)?;
@@ -129,7 +134,7 @@ impl Vm {
         }
 
         let console = Arc::new(Mutex::new(ConsoleLog::new(config.console_lines)));
-        let devices = devices::attach(&vm, &mem, &config, console.clone())?;
+        let devices = devices::attach(&vm, &mem, &plan, &config, console.clone())?;
 
         let vcpu0 = vm.create_vcpu(0).map_err(kvm_err("CREATE_VCPU"))?;
         let tsc_khz = vcpu0.get_tsc_khz().unwrap_or(0) as u64;

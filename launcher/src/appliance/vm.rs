@@ -38,6 +38,8 @@ pub struct BootOptions {
     pub cmdline: String,
     /// The CPU level the guest sees.
     pub guest_cpu: kore_vmm::GuestCpu,
+    /// Host PCI function passed through with VFIO (normalised address).
+    pub vf: Option<String>,
 }
 
 /// Measured while booting.
@@ -134,9 +136,8 @@ impl VmAppliance {
         remove_stale_socket(&opts.socket)?;
         let mut meter = PreloadMeter::new();
         let started = Instant::now();
-        let vmm = VmmProcess::spawn(&vmm_spec(opts, pack), &mut |done, total| {
-            meter.update(done, total)
-        });
+        let vmm =
+            VmmProcess::spawn(&vmm_spec(opts, pack), &mut |done, total| meter.update(done, total));
         let (preload_bytes, preload_time) = meter.finish();
         let vmm = vmm?;
         let mut me = VmAppliance {
@@ -169,7 +170,8 @@ impl VmAppliance {
                 Err(e) if is_not_yet(&e) => {}
                 Err(e) => return Err(LaunchError::Other(format!("the Kore guest's vsock: {e}"))),
             }
-            let vmm = self.vmm.as_mut().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
+            let vmm =
+                self.vmm.as_mut().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
             if let Some(ended) = vmm.wait_timeout(Duration::from_millis(10)) {
                 let tail = ended.console.join("\n");
                 let how = match (ended.status, &ended.error) {
@@ -259,6 +261,7 @@ fn vmm_spec(opts: &BootOptions, pack: &Path) -> VmmSpec {
         socket: opts.socket.clone(),
         cmdline: opts.cmdline.clone(),
         preload: crate::host::sizing::PRELOADED.iter().map(|f| pack.join(f)).collect(),
+        vf: opts.vf.clone(),
         confine: true,
     }
 }

@@ -44,6 +44,8 @@ pub struct VmmSpec {
     pub cmdline: String,
     /// Files preloaded into guest RAM (the pack).
     pub preload: Vec<PathBuf>,
+    /// A host PCI function to pass through with VFIO.
+    pub vf: Option<String>,
     /// Confine the VMM after boot (seccomp, namespaces, no root).
     pub confine: bool,
 }
@@ -132,8 +134,7 @@ impl VmmProcess {
         let _ = stdin.write_all(&spec_json).and_then(|_| stdin.flush());
         drop(stdin);
         let events = read_events(child.stdout.take().expect("piped stdout"));
-        let mut me =
-            VmmProcess { child, events, confinement: Confinement::default(), ended: None };
+        let mut me = VmmProcess { child, events, confinement: Confinement::default(), ended: None };
         loop {
             match me.events.recv() {
                 Ok(VmmEvent::Progress { done, total }) => progress(done, total),

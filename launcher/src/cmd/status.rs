@@ -56,6 +56,10 @@ pub fn run(args: StatusArgs) -> Result<()> {
             on("namespaces")
         );
     }
+    match report["vf"].as_str() {
+        Some(vf) => println!("  PCI passthrough: VF {vf} (VFIO)"),
+        None => println!("  PCI passthrough: none"),
+    }
     Ok(())
 }
 
@@ -81,6 +85,7 @@ fn running(rt: &Runtime, pid: u32) -> Result<Value> {
         "engine": state["engine"],
         "native": state["native"],
         "vmm": state["vmm"],
+        "vf": state["vf"],
         "uptime_s": uptime,
         "info": info,
     }))

@@ -42,12 +42,13 @@ pub fn run() -> Result<()> {
         confinement.namespaces = enter_namespaces(root);
         confinement.seccomp = seccomp_available();
     }
-    let filters = ThreadFilters { allow_setid_to: ids };
+    let filters = ThreadFilters { allow_setid_to: ids, vfio: spec.vf.is_some() };
     let vm = match start(&spec, confinement.seccomp.then_some(filters)) {
         Ok(vm) => vm,
         Err(e) => {
+            // The parent says it (one line); this process only reports and ends.
             emit(&VmmEvent::Exit { status: None, error: Some(e.to_string()), console: vec![] });
-            return Err(LaunchError::Host(format!("cannot boot the Kore VM: {e}")));
+            std::process::exit(1);
         }
     };
     if spec.confine {
@@ -60,7 +61,10 @@ pub fn run() -> Result<()> {
 }
 
 /// Builds and starts the VM; hugepages short falls back to ordinary pages.
-fn start(spec: &VmmSpec, filters: Option<ThreadFilters>) -> std::result::Result<RunningVm, VmError> {
+fn start(
+    spec: &VmmSpec,
+    filters: Option<ThreadFilters>,
+) -> std::result::Result<RunningVm, VmError> {
     let pages = match spec.hugepages.as_str() {
         "1G" => HugePageSize::Size1G,
         "off" => HugePageSize::Off,
@@ -77,6 +81,9 @@ fn start(spec: &VmmSpec, filters: Option<ThreadFilters>) -> std::result::Result<
             .cmdline(spec.cmdline.clone());
         for f in &spec.preload {
             c = c.preload(f);
+        }
+        if let Some(vf) = &spec.vf {
+            c = c.vf(vf);
         }
         match filters {
             Some(f) => c.thread_filters(f),

@@ -36,12 +36,16 @@ pub struct ThreadFilters {
     /// filters then also allow `setgroups` and `setresgid`/`setresuid` to
     /// exactly these ids (glibc runs them on every thread), and nothing else.
     pub allow_setid_to: Option<(u32, u32)>,
+    /// A VFIO device is passed through: vCPU and main threads may also make
+    /// any `ioctl` and `pread64`/`pwrite64` (VFIO's config space, trapped
+    /// BARs, interrupt setup and teardown).
+    pub vfio: bool,
 }
 
 impl ThreadFilters {
     /// Installs the filters of `kind` on the calling thread.
     pub fn apply(&self, kind: ThreadKind) -> Result<(), SeccompError> {
-        for program in filter(kind, self.allow_setid_to)? {
+        for program in filter(kind, *self)? {
             seccompiler::apply_filter(&program)?;
         }
         tracing::debug!(?kind, "seccomp filter installed");
@@ -68,6 +72,8 @@ vmm_sys_util::ioctl_ior_nr!(KVM_GET_REGS, 0xAE, 0x81, kvm_bindings::kvm_regs);
 vmm_sys_util::ioctl_iow_nr!(KVM_SET_REGS, 0xAE, 0x82, kvm_bindings::kvm_regs);
 vmm_sys_util::ioctl_ior_nr!(KVM_GET_SREGS, 0xAE, 0x83, kvm_bindings::kvm_sregs);
 vmm_sys_util::ioctl_ior_nr!(KVM_GET_LAPIC, 0xAE, 0x8e, kvm_bindings::kvm_lapic_state);
+vmm_sys_util::ioctl_iow_nr!(KVM_SET_GSI_ROUTING, 0xAE, 0x6a, kvm_bindings::kvm_irq_routing);
+vmm_sys_util::ioctl_iow_nr!(KVM_IRQFD, 0xAE, 0x76, kvm_bindings::kvm_irqfd);
 
 /// Calls that fail with `EACCES` instead of killing the process.
 const DENIED: &[i64] = &[libc::SYS_openat, libc::SYS_open, libc::SYS_unlink, libc::SYS_unlinkat];
@@ -159,7 +165,7 @@ fn ioctls(requests: &[u64]) -> Vec<SeccompRule> {
 }
 
 /// The allowlist of `kind`: system call number -> rules (empty: any arguments).
-fn rules(kind: ThreadKind, setid_to: Option<(u32, u32)>) -> BTreeMap<i64, Vec<SeccompRule>> {
+fn rules(kind: ThreadKind, f: ThreadFilters) -> BTreeMap<i64, Vec<SeccompRule>> {
     let mut m: BTreeMap<i64, Vec<SeccompRule>> =
         COMMON.iter().chain(DENIED).map(|&s| (s, vec![])).collect();
     match kind {
@@ -175,8 +181,12 @@ fn rules(kind: ThreadKind, setid_to: Option<(u32, u32)>) -> BTreeMap<i64, Vec<Se
         }
         ThreadKind::Main => m.extend(MAIN.iter().map(|&s| (s, vec![]))),
     }
-    if let Some((uid, gid)) = setid_to {
+    if let Some((uid, gid)) = f.allow_setid_to {
         m.extend(setid_rules(uid, gid));
+    }
+    if f.vfio && kind != ThreadKind::EventLoop {
+        m.insert(libc::SYS_ioctl, vec![]);
+        m.extend([libc::SYS_pread64, libc::SYS_pwrite64].map(|s| (s, vec![])));
     }
     m
 }
@@ -186,12 +196,9 @@ fn rules(kind: ThreadKind, setid_to: Option<(u32, u32)>) -> BTreeMap<i64, Vec<Se
 /// it last matters: it forbids the `prctl` and `seccomp` calls that install
 /// filters). The kernel runs every installed filter and takes the strictest
 /// answer.
-pub fn filter(
-    kind: ThreadKind,
-    setid_to: Option<(u32, u32)>,
-) -> Result<Vec<BpfProgram>, SeccompError> {
+pub fn filter(kind: ThreadKind, f: ThreadFilters) -> Result<Vec<BpfProgram>, SeccompError> {
     let allow = SeccompFilter::new(
-        rules(kind, setid_to),
+        rules(kind, f),
         SeccompAction::KillProcess,
         SeccompAction::Allow,
         TargetArch::x86_64,

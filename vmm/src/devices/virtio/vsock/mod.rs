@@ -354,7 +354,9 @@ pub fn spawn(
         let reset = reset.try_clone()?;
         move || {
             if let Some(Err(e)) = filters.map(|f| f.apply(crate::sandbox::ThreadKind::EventLoop)) {
-                tracing::error!("vsock: confining the event loop failed ({e}); the device stays off");
+                tracing::error!(
+                    "vsock: confining the event loop failed ({e}); the device stays off"
+                );
                 return;
             }
             event_loop(&mut backend, &notify, &wake, &reset)
