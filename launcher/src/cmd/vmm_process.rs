@@ -37,7 +37,10 @@ pub fn run() -> Result<()> {
     let stop_signals = block_stop_signals();
     let root = euid_is_root();
     let ids = (spec.confine && root).then(sandbox::privileges::unprivileged_ids);
-    let mut confinement = Confinement { pid: std::process::id(), ..Default::default() };
+    // An ordinary user's ids, read before a user namespace would show them
+    // as the overflow id (the kernel still checks the real ones).
+    let (uid, gid) = current_ids();
+    let mut confinement = Confinement { pid: std::process::id(), uid, gid, ..Default::default() };
     if spec.confine {
         confinement.namespaces = enter_namespaces(root);
         confinement.seccomp = seccomp_available();
@@ -54,7 +57,9 @@ pub fn run() -> Result<()> {
     if spec.confine {
         confine_process(ids, &mut confinement, filters);
     }
-    (confinement.uid, confinement.gid) = current_ids();
+    if root {
+        (confinement.uid, confinement.gid) = current_ids();
+    }
     emit(&VmmEvent::Started(confinement));
     supervise(vm, &stop_signals);
     Ok(())
