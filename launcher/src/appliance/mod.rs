@@ -309,10 +309,13 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
 /// The guest's command line: the engine's context limit, the KV positions its
 /// running sequences share and the kept-session budget, all from the sizing
 /// the guest's memory was made with, then the engine options this process
-/// runs with (`KORE_KERNELS`, ...: the same as `--native`).
+/// runs with (`KORE_KERNELS`, ...: the same as `--native`), then the words of
+/// `KORE_GUEST_CMDLINE_APPEND` (debugging and fault tests).
 fn guest_cmdline(b: &crate::host::sizing::Budget) -> String {
+    let extra = std::env::var("KORE_GUEST_CMDLINE_APPEND").unwrap_or_default();
+    let extra = extra.split_whitespace().fold(String::new(), |s, w| s + " " + w);
     format!(
-        "context={} kv_tokens={} sessions_mib={}{}",
+        "context={} kv_tokens={} sessions_mib={}{}{extra}",
         b.context.min(u64::from(u32::MAX)),
         b.kv_tokens,
         b.sessions >> 20,
