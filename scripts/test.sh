@@ -41,3 +41,7 @@ cargo test --release --locked -p kore-e2e --features e2e
 # `kore-launch serve` with the official OpenAI client (native and guest) and the web chat in
 # headless Chromium, on the default pack; bounded in time (screenshot in target/test-output/openai).
 timeout 900 python3 -m pytest -q -p no:cacheprovider tests/openai
+
+# Every fuzz target for a short run, so regressions surface (installs nightly and cargo-fuzz when
+# missing); the hour-long campaigns are recorded in docs/reliability.md.
+bash scripts/fuzz.sh all "${KORE_FUZZ_SECONDS:-20}"
