@@ -36,7 +36,7 @@ pub fn ensure_intact(dir: &Path) -> Result<()> {
         "pack files match pack.toml"
     );
     if let Err(e) = cache.save() {
-        tracing::warn!(
+        tracing::info!(
             "cannot save the verified-pack cache ({e}); the next boot hashes the pack again"
         );
     }
