@@ -248,3 +248,26 @@ fn argmax(l: &[f32]) -> u32 {
     }
     best as u32
 }
+
+/// With the chunked DeltaNet form forced for prompts, a batch still gives
+/// each sequence what it gets alone (both take the chunked form for the same
+/// prompt rows).
+#[test]
+fn forced_chunked_prefill_batched_equals_alone() {
+    let hf = open("../../model-packs/tiny-hf");
+    let mut model = hf.model().unwrap();
+    let pool = ThreadPool::new(2);
+    model.set_pool(&pool);
+    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
+    kore_engine::model::set_chunked_min_tokens(Some(2));
+    let ps = prompts(model.config.vocab_size);
+    let batched = together(&model, &ps, 6);
+    let mut differs = Vec::new();
+    for (j, p) in ps.iter().enumerate() {
+        if alone(&model, p, j, 6) != batched[j] {
+            differs.push(j);
+        }
+    }
+    kore_engine::model::set_chunked_min_tokens(None);
+    assert!(differs.is_empty(), "sequences {differs:?} differ from alone");
+}

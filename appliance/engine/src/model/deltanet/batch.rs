@@ -7,7 +7,8 @@
 //!        value heads' v channels (each channel's window rolls on its own),
 //!        q/k L2 norm, the value heads' decay and beta, token by token
 //! run 2, items (sequence, value head): the delta rule and the gated norm
-//!        (`DeltaNet::head`, as for one sequence)
+//!        (`DeltaNet::head`, or `head_chunked` from `chunked_min_tokens`, as
+//!        for one sequence)
 //! ```
 //!
 //! Every element goes through the same f32 steps in the same order as in
@@ -104,12 +105,17 @@ impl DeltaNet<'_> {
                     decay: &decay[r.start * hv..r.end * hv],
                     tokens: r.len(),
                 };
+                // A long enough prefill chunk takes the chunked form, as in `mix`.
                 // SAFETY: head h of sequence j: its state slice and its output
                 // columns of rows r are this item's alone (`out` is offset to
                 // row r.start); the buffers outlive the run.
                 unsafe {
                     let o = shared[j].out.offset(r.start * vd);
-                    self.head(cfg, h, &seq, shared[j].recurrent, o, None, 0);
+                    if r.len() >= super::chunked_min_tokens() {
+                        self.head_chunked(cfg, h, &seq, shared[j].recurrent, o);
+                    } else {
+                        self.head(cfg, h, &seq, shared[j].recurrent, o, None, 0);
+                    }
                 }
             }
         });
