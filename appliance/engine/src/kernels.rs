@@ -241,10 +241,18 @@ pub fn matmuls_with(
 }
 
 /// Rows `rows` of one job against every token, tile by tile.
-fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scratch: &mut [f32]) {
+/// `scratch` is the worker's: the generic path's row buffer, or the VNNI
+/// tiles' decoded scales (reused from chunk to chunk).
+fn rows_job(
+    path: Path,
+    j: &Job<'_, '_>,
+    rows: Range<usize>,
+    tokens: usize,
+    scratch: &mut Vec<f32>,
+) {
     #[cfg(target_arch = "x86_64")]
     if path == Path::Avx512Vnni && matches!(j.xp, Prepared::Q8(_)) {
-        return vnni::rows_job(j, rows, tokens);
+        return vnni::rows_job(j, rows, tokens, scratch);
     }
     let cols = j.w.cols();
     let mut acc = [0.0f32; TILE];

@@ -39,6 +39,15 @@ impl SharedMut {
         // SAFETY: guaranteed by the caller.
         unsafe { core::slice::from_raw_parts_mut(self.0.add(off), len) }
     }
+
+    /// The same buffer from element `off` on.
+    ///
+    /// # Safety
+    /// `off` is at most the buffer's length.
+    pub(crate) unsafe fn offset(&self, off: usize) -> Self {
+        // SAFETY: in bounds (or one past the end) by the caller.
+        SharedMut(unsafe { self.0.add(off) })
+    }
 }
 
 /// A set of workers that run one closure each, concurrently.

@@ -197,3 +197,77 @@ fn a_bad_sequence_is_named_and_changes_nothing() {
     assert!(out[0].is_empty(), "logits returned though not asked for");
     assert_eq!(a.position(), 3);
 }
+
+/// Enough sequences decoding together that the batched DeltaNet mixer splits
+/// its decode steps across the pool (not only the prefill steps): each still
+/// gets the logits it gets alone, bit for bit, on every path.
+#[test]
+fn many_decoding_sequences_split_across_the_pool_equal_alone() {
+    let hf = open("../../model-packs/tiny-hf");
+    let mut model = hf.model().unwrap();
+    let pool = ThreadPool::new(3);
+    model.set_pool(&pool);
+    let c = &model.config;
+    // One decode token per sequence: the mixer goes parallel from 2^16 state elements.
+    let per_token = c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
+    let seqs = (1usize << 16).div_ceil(per_token) + 1;
+    let vocab = c.vocab_size;
+    let ps: Vec<Vec<u32>> = (0..seqs)
+        .map(|j| (0..2 + j % 3).map(|i| ((i * 31 + j * 7 + 1) % vocab) as u32).collect())
+        .collect();
+    each_path(|path, _| {
+        let mut states: Vec<State> = ps.iter().map(|_| model.new_state()).collect();
+        let mut next: Vec<u32> = ps
+            .iter()
+            .zip(&mut states)
+            .map(|(p, s)| argmax(&model.forward(s, p, Logits::Last).unwrap()))
+            .collect();
+        let mut alone: Vec<State> = states.clone();
+        for step in 0..6 {
+            let mut inputs: Vec<SeqInput<'_>> = states
+                .iter_mut()
+                .zip(&next)
+                .map(|(state, t)| SeqInput { state, tokens: std::slice::from_ref(t), logits: true })
+                .collect();
+            let batched = model.forward_batch(&mut inputs).unwrap();
+            for (j, l) in batched.iter().enumerate() {
+                let own = model.forward(&mut alone[j], &[next[j]], Logits::Last).unwrap();
+                assert!(*l == own, "{} step {step} seq {j}: logits differ", path.name());
+                next[j] = argmax(l);
+            }
+        }
+    });
+}
+
+fn argmax(l: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in l.iter().enumerate() {
+        if *v > l[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// With the chunked DeltaNet form forced for prompts, a batch still gives
+/// each sequence what it gets alone (both take the chunked form for the same
+/// prompt rows).
+#[test]
+fn forced_chunked_prefill_batched_equals_alone() {
+    let hf = open("../../model-packs/tiny-hf");
+    let mut model = hf.model().unwrap();
+    let pool = ThreadPool::new(2);
+    model.set_pool(&pool);
+    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
+    kore_engine::model::set_chunked_min_tokens(Some(2));
+    let ps = prompts(model.config.vocab_size);
+    let batched = together(&model, &ps, 6);
+    let mut differs = Vec::new();
+    for (j, p) in ps.iter().enumerate() {
+        if alone(&model, p, j, 6) != batched[j] {
+            differs.push(j);
+        }
+    }
+    kore_engine::model::set_chunked_min_tokens(None);
+    assert!(differs.is_empty(), "sequences {differs:?} differ from alone");
+}

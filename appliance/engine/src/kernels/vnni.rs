@@ -4,7 +4,6 @@
 //! loaded and decoded once per token tile and each token's activations once
 //! per row tile.
 
-use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
@@ -30,7 +29,8 @@ macro_rules! by_tokens {
 ///
 /// # Panics
 /// If the job's activations are not int8 or its weights are dense.
-pub(super) fn rows_job(j: &Job<'_, '_>, rows: Range<usize>, tokens: usize) {
+/// `scratch` holds the pre-decoded scales (grown, never shrunk or cleared).
+pub(super) fn rows_job(j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scratch: &mut Vec<f32>) {
     assert!(matches!(j.xp, Prepared::Q8(_)), "the VNNI tile kernels take int8 activations");
     let cols = j.w.cols();
     let max = match j.w {
@@ -39,7 +39,7 @@ pub(super) fn rows_job(j: &Job<'_, '_>, rows: Range<usize>, tokens: usize) {
         Linear::Dense { .. } => unreachable!("dense weights take f32 activations"),
     };
     let tile = j.xp.tile_tokens(cols).min(max);
-    let pre = pre_scales(j.w, rows.clone(), tokens > tile);
+    let pre = pre_scales(j.w, rows.clone(), tokens > tile, scratch);
     let per_row = pre.len() / rows.len().max(1);
     let mut out = [[0.0f32; TILE]; ROWS];
     let mut t0 = 0;
@@ -67,19 +67,29 @@ pub(super) fn rows_job(j: &Job<'_, '_>, rows: Range<usize>, tokens: usize) {
     }
 }
 
-/// The NVFP4 block scales of `rows` decoded once ([`decode_scales`]) when
-/// they will pass several token tiles (`many`); empty otherwise.
-fn pre_scales(w: &Linear<'_>, rows: Range<usize>, many: bool) -> Vec<f32> {
+/// The NVFP4 block scales of `rows` decoded once ([`decode_scales`]) into
+/// `buf` when they will pass several token tiles (`many`); empty otherwise.
+/// `buf` is only zeroed where it grows: a chunk's decode overwrites it all.
+fn pre_scales<'b>(
+    w: &Linear<'_>,
+    rows: Range<usize>,
+    many: bool,
+    buf: &'b mut Vec<f32>,
+) -> &'b [f32] {
     match *w {
         Linear::Nvfp4 { scales, global_scale: gs, cols, .. } if many && cols >= 128 => {
-            let mut out = vec![0.0; rows.len() * (cols / 128) * 16];
+            let n = rows.len() * (cols / 128) * 16;
+            if buf.len() < n {
+                buf.resize(n, 0.0);
+            }
+            let out = &mut buf[..n];
             let s = &scales[rows.start * cols / 16..rows.end * cols / 16];
             // SAFETY: the caller's path (VNNI) has AVX-512 F/BW/VL; `s`
             // holds `rows.len()` rows of scales, `out` 16 floats per chunk.
-            unsafe { decode_scales(s, gs, cols, &mut out) };
+            unsafe { decode_scales(s, gs, cols, out) };
             out
         }
-        _ => Vec::new(),
+        _ => &[],
     }
 }
 

@@ -12,6 +12,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
+use super::deltanet::SeqState;
 use super::{add, mlp_forward, ForwardError, Layer, Mixer, Model};
 use crate::kernels::matmul_on;
 use crate::ops::rms_norm_1p_rows;
@@ -101,14 +102,17 @@ impl<'a> Model<'a> {
         let (core, out_proj) = match &layer.mixer {
             Mixer::Linear(d) => {
                 let mut p = d.project(cfg, pool, &hn, t);
-                let mut core = Vec::with_capacity(t * cfg.linear_value_dim());
-                for (s, r) in seqs.iter_mut().zip(rows) {
-                    let LayerState::Linear { conv, recurrent } = &mut s.state.layers[i] else {
-                        unreachable!("state layout checked in check_input");
-                    };
-                    core.extend(d.mix(cfg, pool, p.rows_mut(r.clone()), conv, recurrent, None));
-                }
-                (core, &d.out_proj)
+                let mut states: Vec<SeqState<'_>> = seqs
+                    .iter_mut()
+                    .zip(rows)
+                    .map(|(s, r)| {
+                        let LayerState::Linear { conv, recurrent } = &mut s.state.layers[i] else {
+                            unreachable!("state layout checked in check_input");
+                        };
+                        SeqState { conv, recurrent, rows: r.clone() }
+                    })
+                    .collect();
+                (d.mix_batch(cfg, pool, &mut p, &mut states), &d.out_proj)
             }
             Mixer::Full(a) => {
                 let mut p = a.project(cfg, pool, &hn, t);

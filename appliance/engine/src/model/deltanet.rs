@@ -6,7 +6,10 @@
 //! when forced for long enough prompts ([`chunked_min_tokens`]), in the
 //! chunked form of [`chunked`] (measured slower here, so off by default).
 
+mod batch;
 mod chunked;
+
+pub(crate) use batch::SeqState;
 
 use alloc::vec;
 use alloc::vec::Vec;

@@ -4,7 +4,9 @@
 //! pointer to the closure) and bumps `epoch`; workers spin on `epoch` for a
 //! while, then park (the caller unparks sleepers after publishing). Each
 //! worker bumps `done` when its call returns; the caller spins until all
-//! have. A worker's panic is caught and re-raised on the caller.
+//! have. Past a short spin, both waits yield the core on every check, so a
+//! busy machine's scheduler can run the thread being waited for. A worker's
+//! panic is caught and re-raised on the caller.
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -14,8 +16,24 @@ use std::thread::{self, JoinHandle, Thread};
 
 use super::Parallel;
 
-/// Spins before a waiting worker parks (about 50-200 us).
-const SPINS: u32 = 1 << 14;
+/// Waiting steps ([`wait_step`]) before a waiting worker parks: a short
+/// spin, then yields (about 50-300 us on an idle machine).
+const SPINS: u32 = SPINS_BEFORE_YIELD + (1 << 8);
+
+/// Spins before a waiter also yields its core on every further spin: when
+/// more threads are runnable than there are cores (other processes busy),
+/// the thread it waits for may be the one that needs the core.
+const SPINS_BEFORE_YIELD: u32 = 1 << 10;
+
+/// One step of a wait that has spun `spins` times: a pause, and past
+/// [`SPINS_BEFORE_YIELD`] a yield to the OS scheduler.
+fn wait_step(spins: u32) {
+    if spins < SPINS_BEFORE_YIELD {
+        core::hint::spin_loop();
+    } else {
+        thread::yield_now();
+    }
+}
 
 type Job = *const (dyn Fn(usize, usize) + Sync);
 
@@ -110,8 +128,10 @@ impl Parallel for ThreadPool {
             }
         }
         let mine = catch_unwind(AssertUnwindSafe(|| f(0, n)));
+        let mut spins = 0u32;
         while s.done.load(Ordering::Acquire) != n - 1 {
-            core::hint::spin_loop();
+            wait_step(spins);
+            spins = spins.saturating_add(1);
         }
         self.busy.store(false, Ordering::Release);
         if let Err(p) = mine {
@@ -133,8 +153,8 @@ fn worker_loop(s: &Shared, w: usize) {
                 break e;
             }
             if spins < SPINS {
+                wait_step(spins);
                 spins += 1;
-                core::hint::spin_loop();
                 continue;
             }
             s.sleeping[w].store(true, Ordering::SeqCst);
