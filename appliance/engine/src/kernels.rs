@@ -243,8 +243,8 @@ pub fn matmuls_with(
 /// Rows `rows` of one job against every token, tile by tile.
 fn rows_job(path: Path, j: &Job<'_, '_>, rows: Range<usize>, tokens: usize, scratch: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if path == Path::Avx512Vnni && matches!(j.xp, Prepared::Q8(_)) {
-        return vnni::rows_job(j, rows, tokens);
+    if matches!(j.xp, Prepared::Q8(_)) {
+        return vnni::rows_job(path, j, rows, tokens);
     }
     let cols = j.w.cols();
     let mut acc = [0.0f32; TILE];
@@ -347,39 +347,12 @@ fn row(
 ) {
     match (path, x) {
         #[cfg(target_arch = "x86_64")]
-        (_, Xs::Q8(q)) => q8_row(path, w, r, q, n, out),
+        (_, Xs::Q8(_)) => unreachable!("int8 activations take the tile kernels (`vnni`)"),
         #[cfg(target_arch = "x86_64")]
         (Path::Avx2 | Path::Avx512 | Path::Avx512Vnni, Xs::F32(x)) => {
             simd_row(path, w, r, x, n, out)
         }
         (_, Xs::F32(x)) => generic::row(w, r, x, n, out, scratch),
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn q8_row(
-    path: Path,
-    w: &Linear<'_>,
-    r: usize,
-    x: crate::simd::avx512vnni::Q8In<'_>,
-    n: usize,
-    out: &mut [f32; TILE],
-) {
-    use crate::simd::avx512vnni as k;
-    let Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. } = *w else {
-        unreachable!("int8 activations are prepared only for NVFP4 weights");
-    };
-    let p = &packed[r * cols / 2..(r + 1) * cols / 2];
-    let s = &scales[r * cols / 16..(r + 1) * cols / 16];
-    if path == Path::Avx2 {
-        // SAFETY: `matmuls_with` checked AVX2 is supported; the activations
-        // were quantized with 64-column chunks for this kernel.
-        unsafe { by_n!(n, crate::simd::avx2_q8::nvfp4_row, p, s, gs, cols, x, out) }
-    } else {
-        // SAFETY: `matmuls_with` checked the path (VNNI + VBMI) is supported;
-        // slice lengths match the kernel's preconditions (cols % 16 == 0 by
-        // load, the tile holds n tokens of q/corr/scale).
-        unsafe { by_n!(n, k::nvfp4_row, p, s, gs, cols, x, out) }
     }
 }
 
