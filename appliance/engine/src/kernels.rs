@@ -62,6 +62,7 @@ pub fn matmul(w: &Linear<'_>, x: &[f32], tokens: usize, y: &mut [f32]) {
 
 /// [`matmul`] with rows split across `pool`.
 pub fn matmul_on(pool: &dyn Parallel, w: &Linear<'_>, x: &[f32], tokens: usize, y: &mut [f32]) {
+    let _p = crate::profile::scope(crate::profile::Part::Matmul);
     matmul_with(crate::simd::active(), pool, w, x, tokens, y);
 }
 
@@ -93,6 +94,7 @@ impl<'p, 'w> Product<'p, 'w> {
 /// barrier instead of one per product, and the workers balance across all
 /// of them. Active kernel path.
 pub fn matmuls_on(pool: &dyn Parallel, tokens: usize, products: &mut [Product<'_, '_>]) {
+    let _p = crate::profile::scope(crate::profile::Part::Matmul);
     matmuls_with(crate::simd::active(), pool, tokens, products);
 }
 
