@@ -6,7 +6,8 @@
 //! ```text
 //! 1. read bandwidth: every worker sums its share of `buf` (>> caches), with the
 //!    weight kernels' software prefetch; best pass
-//! 2. prefill: one forward over a `prompt_tokens` prompt (logits of the last)
+//! 2. prefill: one forward over a `prompt_tokens` prompt (logits of the last),
+//!    with each part's share of its time (`crate::profile`)
 //! 3. decode:  `decode_tokens` greedy single-token steps from the prefilled state
 //!    (with `concurrency = C > 1`: C copies of it decode together, one
 //!    `Model::forward_batch` a step; tok/s per sequence and all together)
@@ -27,7 +28,7 @@ use crate::model::{Logits, Model, SeqInput};
 use crate::pool::{split, Parallel};
 use crate::sampling::{argmax, Sampler, SamplingParams};
 use crate::simd::{self, Path};
-use crate::spec::{SpecOptions, SpecStats, Speculator};
+use crate::spec::{SpecOptions, SpecStats, Speculator, MAX_DRAFTS};
 use crate::state::State;
 
 /// What to run.
@@ -92,6 +93,11 @@ pub struct BenchReport {
     pub threads: usize,
     /// Kernel path (`generic`, `avx2`, `avx512`).
     pub kernels: &'static str,
+    /// Share of the prefill's time per part of the forward
+    /// ([`crate::profile::Part`] names: `trunk_matmuls`, `deltanet`,
+    /// `attention`, `head`, `rest`; they sum to 1), empty where the tally
+    /// has no clock (not x86_64).
+    pub prefill_share: Vec<(&'static str, f64)>,
     /// With MTP: drafts asked per step, plain decode tok/s of the same run,
     /// speedup and acceptance per draft position.
     pub mtp: Option<MtpReport>,
@@ -117,8 +123,65 @@ pub struct MtpReport {
     pub profile_ms: Vec<(&'static str, f64)>,
     /// Projected, not measured: the speedup at the reference acceptance
     /// ([`REFERENCE_TOKENS_PER_STEP`] tokens a step with [`REFERENCE_DRAFTS`]
-    /// drafts) from this run's step costs ([`projected_speedup`]).
+    /// drafts) from this run's step costs ([`Projection`]).
     pub projected_speedup: f64,
+    /// Projected, not measured: the speedup at this run's own acceptance
+    /// (its tokens a step with `drafts` drafts), from the same costs.
+    pub projected_speedup_measured: f64,
+    /// Milliseconds of a verify step (checkpointed trunk forward plus the
+    /// full lm_head) over `n` tokens, `n = 1..=8` (index `n - 1`).
+    pub verify_ms: Vec<f64>,
+    /// Milliseconds of one draft (MTP layer + draft head), measured.
+    pub draft_ms: f64,
+    /// The draft length (0..=`drafts`) that the measured acceptance by
+    /// position and these costs say gives the most tokens a second (0:
+    /// drafting does not pay; the adaptive length may choose it).
+    pub best_drafts: usize,
+}
+
+/// The step costs a projected speedup is derived from (milliseconds).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Projection {
+    /// A plain single-token decode step.
+    pub plain_ms: f64,
+    /// A verify step over `n` tokens, `n = 1..` (index `n - 1`).
+    pub verify_ms: Vec<f64>,
+    /// One draft.
+    pub draft_ms: f64,
+    /// What else a speculative step costs (rewind, MTP refill, sampling),
+    /// as measured per step.
+    pub other_ms: f64,
+}
+
+impl Projection {
+    /// Milliseconds of a step with `drafts` drafts: the drafts, a verify of
+    /// `drafts + 1` tokens and the rest ([`None`] past the verify table).
+    pub fn step_ms(&self, drafts: usize) -> Option<f64> {
+        let verify = self.verify_ms.get(drafts)?;
+        Some(verify + drafts as f64 * self.draft_ms + self.other_ms)
+    }
+
+    /// Speedup over plain decoding of steps with `drafts` drafts that yield
+    /// `tokens_per_step` tokens.
+    pub fn speedup(&self, drafts: usize, tokens_per_step: f64) -> Option<f64> {
+        Some(tokens_per_step * self.plain_ms / self.step_ms(drafts)?.max(1e-9))
+    }
+
+    /// The draft length in `0..=max` with the best projected speedup for
+    /// the acceptance `acceptance[j]` (fraction of steps whose drafts
+    /// `1..=j+1` were all accepted); 0 is plain decoding (speedup 1).
+    pub fn best_drafts(&self, acceptance: &[f64], max: usize) -> usize {
+        let (mut best, mut best_speedup) = (0, 1.0);
+        let mut tokens = 1.0;
+        for k in 1..=max.min(acceptance.len()) {
+            tokens += acceptance[k - 1];
+            match self.speedup(k, tokens) {
+                Some(s) if s > best_speedup => (best, best_speedup) = (k, s),
+                _ => {}
+            }
+        }
+        best
+    }
 }
 
 /// Tokens a step the reference MTP acceptance gives (Qwen3.5 with 7 drafts).
@@ -272,7 +335,10 @@ pub fn run_with_prompt(
     progress(format!("prefill: {} tokens", p.len()));
     let mut prefilled = model.new_state();
     let t0 = clock();
-    let logits = model.forward(&mut prefilled, &p, Logits::Last)?;
+    crate::profile::start();
+    let logits = model.forward(&mut prefilled, &p, Logits::Last);
+    let prefill_share = crate::profile::shares(&crate::profile::stop());
+    let logits = logits?;
     let prefill_s = secs(clock().saturating_sub(t0));
     let prefill_tok_per_s = p.len() as f64 / prefill_s;
     progress(format!(
@@ -297,7 +363,8 @@ pub fn run_with_prompt(
                 }
             }
         }
-        let m = spec.report(&spec_options(model, opts), plain.tok_per_s());
+        let verify = verify_costs(model, &prefilled, &p, clock, progress)?;
+        let m = spec.report(&spec_options(model, opts), plain.tok_per_s(), &verify);
         (spec.decode, Some(m))
     };
     let step_s = decode.seconds / decode.steps as f64;
@@ -315,6 +382,7 @@ pub fn run_with_prompt(
         tokens_per_step: decode.tokens as f64 / decode.steps as f64,
         threads: model.pool().workers(),
         kernels: simd::active().name(),
+        prefill_share,
         mtp,
     })
 }
@@ -412,11 +480,11 @@ impl SpecRun {
     }
 
     /// The MTP part of the report, `plain_tok_per_s` from the same rounds.
-    fn report(&self, opts: &SpecOptions, plain_tok_per_s: f64) -> MtpReport {
+    fn report(&self, opts: &SpecOptions, plain_tok_per_s: f64, verify_ms: &[f64]) -> MtpReport {
         let (st, drafts) = (&self.stats, opts.max_drafts);
         let steps = st.steps.max(1) as f64;
         let drafted: u64 = st.drafted.iter().sum();
-        let acceptance = (0..drafts.min(st.drafted.len()))
+        let acceptance: Vec<f64> = (0..drafts.min(st.drafted.len()))
             .map(|j| st.accepted[j] as f64 / st.drafted[j].max(1) as f64)
             .collect();
         let step_ms = self.decode.seconds * 1e3 / steps;
@@ -426,14 +494,27 @@ impl SpecRun {
         profile_ms.push(("other", (step_ms - known).max(0.0)));
         let draft_ms: f64 =
             profile_ms.iter().filter(|e| e.0.starts_with("draft")).map(|e| e.1).sum();
-        let projected_speedup = projected_speedup(
-            1e3 / plain_tok_per_s.max(1e-9),
-            step_ms,
-            draft_ms,
-            drafted as f64 / steps,
-            REFERENCE_DRAFTS,
-            REFERENCE_TOKENS_PER_STEP,
-        );
+        let drafts_made = drafted as f64 / steps;
+        let per_draft = if drafts_made > 0.0 { draft_ms / drafts_made } else { 0.0 };
+        let verify: f64 =
+            profile_ms.iter().filter(|e| e.0.starts_with("verify")).map(|e| e.1).sum();
+        let proj = Projection {
+            plain_ms: 1e3 / plain_tok_per_s.max(1e-9),
+            verify_ms: verify_ms.to_vec(),
+            draft_ms: per_draft,
+            other_ms: (step_ms - draft_ms - verify).max(0.0),
+        };
+        let tokens_per_step = st.tokens_per_step();
+        let fallback = |k: usize, tps: f64| {
+            projected_speedup(proj.plain_ms, step_ms, draft_ms, drafts_made, k, tps)
+        };
+        let projected_speedup = proj
+            .speedup(REFERENCE_DRAFTS, REFERENCE_TOKENS_PER_STEP)
+            .unwrap_or_else(|| fallback(REFERENCE_DRAFTS, REFERENCE_TOKENS_PER_STEP));
+        let projected_speedup_measured = proj
+            .speedup(drafts, tokens_per_step)
+            .unwrap_or_else(|| fallback(drafts, tokens_per_step));
+        let best_drafts = proj.best_drafts(&acceptance, drafts);
         MtpReport {
             drafts,
             drafts_per_step: drafted as f64 / steps,
@@ -443,8 +524,45 @@ impl SpecRun {
             draft_vocab: opts.draft_vocab,
             profile_ms,
             projected_speedup,
+            projected_speedup_measured,
+            verify_ms: verify_ms.to_vec(),
+            draft_ms: per_draft,
+            best_drafts,
         }
     }
+}
+
+/// Most tokens a verify step's cost is measured for (1 pending + 7 drafts).
+pub const VERIFY_TOKENS: usize = MAX_DRAFTS + 1;
+
+/// Milliseconds of a verify step over `n = 1..=VERIFY_TOKENS` tokens from
+/// `prefilled` (a checkpointed trunk forward and the full lm_head over every
+/// row, as `Speculator::step` verifies), best of 3 each; shorter where the
+/// context has no room.
+fn verify_costs(
+    model: &Model<'_>,
+    prefilled: &State,
+    prompt: &[u32],
+    clock: Clock<'_>,
+    progress: &mut dyn FnMut(String),
+) -> Result<Vec<f64>, BenchError> {
+    let mut ckpt = crate::state::Checkpoints::new();
+    let mut out = Vec::with_capacity(VERIFY_TOKENS);
+    let room = model.config.max_position_embeddings.saturating_sub(prefilled.pos);
+    for n in 1..=VERIFY_TOKENS.min(room) {
+        let tokens: Vec<u32> = prompt.iter().copied().cycle().take(n).collect();
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let mut state = prefilled.clone();
+            let t0 = clock();
+            let hidden = model.forward_hidden_checkpointed(&mut state, &tokens, &mut ckpt)?;
+            core::hint::black_box(model.logits(&hidden));
+            best = best.min(secs(clock().saturating_sub(t0)) * 1e3);
+        }
+        out.push(best);
+    }
+    progress(format!("verify ms for 1..={VERIFY_TOKENS} tokens: {out:.1?}"));
+    Ok(out)
 }
 
 /// The speculative decoding settings the bench measures: exactly
