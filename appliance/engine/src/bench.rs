@@ -15,7 +15,9 @@
 //!    decode (as 3) and one speculative decode of `decode_tokens` greedy tokens
 //!    (N drafts every step, untimed fresh prefill first), in ABBA order so drift
 //!    in the machine's load hits both alike; `mtp_speedup` = MTP tok/s over
-//!    plain tok/s summed over the rounds of this run
+//!    plain tok/s summed over the rounds of this run; then the cost of a verify
+//!    step over 1..=8 tokens from the prefilled state, which with the measured
+//!    draft cost gives the projected speedups (`Projection`)
 //! achieved_gbps = weight_bytes_per_step / step time; fraction = achieved / measured
 //! ```
 
@@ -131,6 +133,9 @@ pub struct MtpReport {
     /// Milliseconds of a verify step (checkpointed trunk forward plus the
     /// full lm_head) over `n` tokens, `n = 1..=8` (index `n - 1`).
     pub verify_ms: Vec<f64>,
+    /// Milliseconds of a plain step (forward + lm_head over one token),
+    /// measured as `verify_ms` is (the projections' baseline).
+    pub plain_step_ms: f64,
     /// Milliseconds of one draft (MTP layer + draft head), measured.
     pub draft_ms: f64,
     /// The draft length (0..=`drafts`) that the measured acceptance by
@@ -142,7 +147,8 @@ pub struct MtpReport {
 /// The step costs a projected speedup is derived from (milliseconds).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Projection {
-    /// A plain single-token decode step.
+    /// A plain single-token decode step (forward + lm_head over one token),
+    /// timed the same way as `verify_ms`.
     pub plain_ms: f64,
     /// A verify step over `n` tokens, `n = 1..` (index `n - 1`).
     pub verify_ms: Vec<f64>,
@@ -363,8 +369,8 @@ pub fn run_with_prompt(
                 }
             }
         }
-        let verify = verify_costs(model, &prefilled, &p, clock, progress)?;
-        let m = spec.report(&spec_options(model, opts), plain.tok_per_s(), &verify);
+        let costs = verify_costs(model, &prefilled, &p, clock, progress)?;
+        let m = spec.report(&spec_options(model, opts), plain.tok_per_s(), &costs);
         (spec.decode, Some(m))
     };
     let step_s = decode.seconds / decode.steps as f64;
@@ -480,7 +486,8 @@ impl SpecRun {
     }
 
     /// The MTP part of the report, `plain_tok_per_s` from the same rounds.
-    fn report(&self, opts: &SpecOptions, plain_tok_per_s: f64, verify_ms: &[f64]) -> MtpReport {
+    fn report(&self, opts: &SpecOptions, plain_tok_per_s: f64, costs: &Costs) -> MtpReport {
+        let verify_ms = &costs.verify_ms;
         let (st, drafts) = (&self.stats, opts.max_drafts);
         let steps = st.steps.max(1) as f64;
         let drafted: u64 = st.drafted.iter().sum();
@@ -499,14 +506,15 @@ impl SpecRun {
         let verify: f64 =
             profile_ms.iter().filter(|e| e.0.starts_with("verify")).map(|e| e.1).sum();
         let proj = Projection {
-            plain_ms: 1e3 / plain_tok_per_s.max(1e-9),
+            plain_ms: costs.plain_ms,
             verify_ms: verify_ms.to_vec(),
             draft_ms: per_draft,
             other_ms: (step_ms - draft_ms - verify).max(0.0),
         };
         let tokens_per_step = st.tokens_per_step();
         let fallback = |k: usize, tps: f64| {
-            projected_speedup(proj.plain_ms, step_ms, draft_ms, drafts_made, k, tps)
+            let plain_ms = 1e3 / plain_tok_per_s.max(1e-9);
+            projected_speedup(plain_ms, step_ms, draft_ms, drafts_made, k, tps)
         };
         let projected_speedup = proj
             .speedup(REFERENCE_DRAFTS, REFERENCE_TOKENS_PER_STEP)
@@ -526,6 +534,7 @@ impl SpecRun {
             projected_speedup,
             projected_speedup_measured,
             verify_ms: verify_ms.to_vec(),
+            plain_step_ms: costs.plain_ms,
             draft_ms: per_draft,
             best_drafts,
         }
@@ -535,34 +544,59 @@ impl SpecRun {
 /// Most tokens a verify step's cost is measured for (1 pending + 7 drafts).
 pub const VERIFY_TOKENS: usize = MAX_DRAFTS + 1;
 
-/// Milliseconds of a verify step over `n = 1..=VERIFY_TOKENS` tokens from
-/// `prefilled` (a checkpointed trunk forward and the full lm_head over every
-/// row, as `Speculator::step` verifies), best of 3 each; shorter where the
-/// context has no room.
+/// Step costs measured from the prefilled state, best of 3 each.
+struct Costs {
+    /// A plain step: forward and lm_head over one token.
+    plain_ms: f64,
+    /// A verify step over `n = 1..=VERIFY_TOKENS` tokens (index `n - 1`).
+    verify_ms: Vec<f64>,
+}
+
+/// [`Costs`] from `prefilled`: a plain step, and a verify step over `n =
+/// 1..=VERIFY_TOKENS` tokens (a checkpointed trunk forward and the full
+/// lm_head over every row, as `Speculator::step` verifies; shorter where the
+/// context has no room), best of 3 each.
 fn verify_costs(
     model: &Model<'_>,
     prefilled: &State,
     prompt: &[u32],
     clock: Clock<'_>,
     progress: &mut dyn FnMut(String),
-) -> Result<Vec<f64>, BenchError> {
-    let mut ckpt = crate::state::Checkpoints::new();
-    let mut out = Vec::with_capacity(VERIFY_TOKENS);
-    let room = model.config.max_position_embeddings.saturating_sub(prefilled.pos);
-    for n in 1..=VERIFY_TOKENS.min(room) {
-        let tokens: Vec<u32> = prompt.iter().copied().cycle().take(n).collect();
+) -> Result<Costs, BenchError> {
+    let best_of_3 = |f: &mut dyn FnMut(&mut State) -> Result<(), BenchError>| {
         let mut best = f64::MAX;
         for _ in 0..3 {
             let mut state = prefilled.clone();
             let t0 = clock();
-            let hidden = model.forward_hidden_checkpointed(&mut state, &tokens, &mut ckpt)?;
-            core::hint::black_box(model.logits(&hidden));
+            f(&mut state)?;
             best = best.min(secs(clock().saturating_sub(t0)) * 1e3);
         }
-        out.push(best);
+        Ok::<f64, BenchError>(best)
+    };
+    let room = model.config.max_position_embeddings.saturating_sub(prefilled.pos);
+    // No room: no costs (the projections then fall back to the measured step).
+    let plain_ms = if room == 0 {
+        f64::NAN
+    } else {
+        best_of_3(&mut |state| {
+            core::hint::black_box(model.forward(state, &prompt[..1], Logits::Last)?);
+            Ok(())
+        })?
+    };
+    let mut ckpt = crate::state::Checkpoints::new();
+    let mut verify_ms = Vec::with_capacity(VERIFY_TOKENS);
+    for n in 1..=VERIFY_TOKENS.min(room) {
+        let tokens: Vec<u32> = prompt.iter().copied().cycle().take(n).collect();
+        verify_ms.push(best_of_3(&mut |state| {
+            let hidden = model.forward_hidden_checkpointed(state, &tokens, &mut ckpt)?;
+            core::hint::black_box(model.logits(&hidden));
+            Ok(())
+        })?);
     }
-    progress(format!("verify ms for 1..={VERIFY_TOKENS} tokens: {out:.1?}"));
-    Ok(out)
+    progress(format!(
+        "plain step {plain_ms:.1} ms; verify of 1..={VERIFY_TOKENS}: {verify_ms:.1?}"
+    ));
+    Ok(Costs { plain_ms, verify_ms })
 }
 
 /// The speculative decoding settings the bench measures: exactly
@@ -624,7 +658,29 @@ fn secs(ns: u64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::projected_speedup;
+    use super::{projected_speedup, Projection};
+
+    #[test]
+    fn projection_from_verify_costs_and_best_length() {
+        // Verify cost grows 10% a token; a draft costs 5% of a plain step.
+        let p = Projection {
+            plain_ms: 100.0,
+            verify_ms: (0..8).map(|n| 100.0 + 10.0 * n as f64).collect(),
+            draft_ms: 5.0,
+            other_ms: 5.0,
+        };
+        // 7 drafts: 170 + 35 + 5 = 210 ms for 3.9 tokens.
+        let s = p.speedup(7, 3.9).unwrap();
+        assert!((s - 3.9 * 100.0 / 210.0).abs() < 1e-12, "{s}");
+        assert_eq!(p.speedup(8, 4.0), None, "no verify cost measured for 9 tokens");
+        // Nothing accepted: plain steps are best; everything accepted: all drafts.
+        assert_eq!(p.best_drafts(&[0.0; 7], 7), 0);
+        assert_eq!(p.best_drafts(&[1.0; 7], 7), 7);
+        assert_eq!(p.best_drafts(&[1.0; 7], 3), 3);
+        // Acceptance 0.9, 0.45, 0.05: two drafts (2.35 tokens in 135 ms) beat
+        // one (1.9 in 120) and three (2.4 in 150).
+        assert_eq!(p.best_drafts(&[0.9, 0.45, 0.05, 0.0, 0.0, 0.0, 0.0], 7), 2);
+    }
 
     #[test]
     fn projection_swaps_the_measured_drafts_for_the_reference_count() {

@@ -182,6 +182,7 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             obj["mtp_projected_speedup"] = json!(m.projected_speedup);
             obj["mtp_projected_speedup_measured"] = json!(m.projected_speedup_measured);
             obj["mtp_verify_ms"] = json!(m.verify_ms);
+            obj["mtp_plain_step_ms"] = json!(m.plain_step_ms);
             obj["mtp_draft_ms"] = json!(m.draft_ms);
             obj["mtp_best_drafts"] = json!(m.best_drafts);
             obj["mtp_draft_vocab"] = json!(m.draft_vocab);
@@ -247,8 +248,9 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             let verify: Vec<String> = m.verify_ms.iter().map(|v| format!("{v:.1}")).collect();
             writeln!(
                 out,
-                "mtp costs (ms): verify of 1..{} tokens {} | one draft {:.2} | best draft \
-                 length at this acceptance {}",
+                "mtp costs (ms): plain step {:.1} | verify of 1..{} tokens {} | one draft {:.2} \
+                 | best draft length at this acceptance {}",
+                m.plain_step_ms,
                 m.verify_ms.len(),
                 verify.join(" "),
                 m.draft_ms,
