@@ -229,6 +229,21 @@ pub struct MtpBench {
     /// Projected (not measured) speedup at the reference acceptance, from
     /// this run's step costs (`kore_engine::bench::projected_speedup`).
     pub mtp_projected_speedup: f64,
+    /// Projected (not measured) speedup at this run's own acceptance.
+    #[serde(default)]
+    pub mtp_projected_speedup_measured: f64,
+    /// Milliseconds of a plain step, timed as the verify steps are.
+    #[serde(default)]
+    pub mtp_plain_step_ms: f64,
+    /// Milliseconds of a verify step over 1..=8 tokens.
+    #[serde(default)]
+    pub mtp_verify_ms: Vec<f64>,
+    /// Milliseconds of one draft.
+    #[serde(default)]
+    pub mtp_draft_ms: f64,
+    /// Draft length with the best projected speedup at this run's acceptance.
+    #[serde(default)]
+    pub mtp_best_drafts: u32,
     /// Draft vocabulary (lm_head rows the drafts score).
     pub mtp_draft_vocab: u32,
 }
