@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Kore vs llama.cpp on the same NVFP4 weights and the same threads, alternating in one run.
+# Kore vs llama.cpp as its users run it (Q4_0 and Q4_K_M GGUFs of the same shapes, made
+# with llama.cpp's own llama-quantize), same threads, alternating in one run.
 #
 #   scripts/bench_llamacpp.sh PACK [THREADS=2] [ROUNDS=3]
 #
@@ -9,26 +10,34 @@
 # any other load distorts the figures (llama.cpp's OpenMP barriers most).
 #
 # 1. llama.cpp: $LLAMA_CPP_DIR if set (a llama.cpp source tree; its build/bin/llama-bench
-#    is built if missing), else PyPI's llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist,
-#    whose vendor/llama.cpp carries convert_hf_to_gguf.py and gguf-py. CMake Release,
-#    GGML_NATIVE (-march=native), CPU only, target llama-bench.
-# 2. The pack -> a ModelOpt-NVFP4 Hugging Face directory (bench_llamacpp_hf.py: the pack's
-#    tensor bytes unchanged) -> GGUF with the bundled converter (bench_llamacpp_convert.py:
-#    upstream's ModelOpt path repacks NVFP4 as GGML NVFP4, no requantization; `--outtype
-#    bf16` keeps the bf16 embedding/lm_head; `--no-mtp` drops the pack's mtp.* tensors:
-#    this llama.cpp's loader does not take NVFP4 scales on the NextN layer, and neither
-#    engine drafts here). bench_llamacpp_types.py then checks the GGUF's tensor types.
-# 3. ROUNDS rounds, the engine order swapped every round, nothing else run in between:
+#    and llama-quantize are built if missing), else PyPI's llama-cpp-python
+#    $LLAMA_CPP_PYTHON_VERSION sdist, whose vendor/llama.cpp carries convert_hf_to_gguf.py
+#    and gguf-py. CMake Release, GGML_NATIVE (-march=native), CPU only. For the AVX2
+#    comparison point LLAMA_CPP_DIR at a tree and set LLAMA_CMAKE_FLAGS (e.g.
+#    "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON") and a separate
+#    LLAMA_BUILD_DIR, and run Kore with KORE_KERNELS=avx2.
+# 2. The pack -> a BF16 Hugging Face directory (bench_llamacpp_hf.py --bf16: NVFP4
+#    dequantized with its scales folded in; a tied model's q8/NVFP4 head dropped, so the
+#    output is the BF16 embedding) -> BF16 GGUF with the bundled converter
+#    (bench_llamacpp_convert.py `--outtype bf16 --no-mtp`) -> `llama-quantize` to Q4_0 and
+#    Q4_K_M (llama.cpp picks its own head type, Q6_K for a tied embedding). With
+#    KORE_BENCH_NVFP4=1 also the pack's NVFP4 weights unchanged (ModelOpt view -> GGML
+#    NVFP4, the earlier comparison). bench_llamacpp_types.py checks each GGUF's types.
+# 3. ROUNDS rounds over the engines (Kore, llama.cpp Q4_0, Q4_K_M[, NVFP4]), the order
+#    reversed every round, nothing else run in between:
 #    `kore-launch bench --native --model PACK --threads T --mtp 0 --json`
 #    (prefill_tok_per_s: 512-token prompt; decode_tok_per_s: 128 tokens after it) and
 #    `llama-bench -m GGUF -t T -p 512 -n 128 -r 1 -o json` (pp512, tg128 from an empty
-#    context). Prints both figures per round, the load average around each run, the
-#    ratios ours / llama.cpp per round and their medians.
+#    context). Prints every figure per round with the load average around each run, the
+#    ratios ours / each llama.cpp GGUF and their medians, and the weight bytes a decode
+#    step reads on both sides (Kore: weight_bytes_per_step; GGUF: every tensor but an
+#    untied embedding, bench_llamacpp_types.py --bytes-per-token).
 #
 # Environment: KORE_BENCH_WORK (work dir, default /work/packs/llamacpp), LLAMA_CPP_DIR,
+# LLAMA_BUILD_DIR (default $LLAMA/build), LLAMA_CMAKE_FLAGS (default -DGGML_NATIVE=ON),
 # LLAMA_CPP_PYTHON_VERSION (default 0.3.36), KORE_LAUNCH (a kore-launch binary; default:
-# `cargo build --release -p kore-launch` in this repo). Needs python3 with torch, numpy
-# and transformers (the converter's imports), cmake and a C++ compiler.
+# `cargo build --release -p kore-launch` in this repo), KORE_BENCH_NVFP4=1. Needs python3
+# with torch, numpy and transformers (the converter's imports), cmake and a C++ compiler.
 set -euo pipefail
 
 PACK=$(cd "${1:?usage: bench_llamacpp.sh PACK [THREADS] [ROUNDS]}" && pwd)
@@ -54,33 +63,63 @@ if [ ! -f "$LLAMA/convert_hf_to_gguf.py" ]; then
         "llama-cpp-python==$VERSION" -d "$WORK"
     tar -xzf "$WORK/llama_cpp_python-$VERSION.tar.gz" -C "$WORK"
 fi
-BENCH=$LLAMA/build/bin/llama-bench
-if [ ! -x "$BENCH" ]; then
+BUILD=${LLAMA_BUILD_DIR:-$LLAMA/build}
+BENCH=$BUILD/bin/llama-bench
+QUANTIZE=$BUILD/bin/llama-quantize
+if [ ! -x "$BENCH" ] || [ ! -x "$QUANTIZE" ]; then
     command -v cmake >/dev/null || apt-get install -y -qq cmake || python3 -m pip install cmake
-    say "building llama-bench in $LLAMA/build (Release, native, CPU only)"
-    cmake -S "$LLAMA" -B "$LLAMA/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    say "building llama-bench and llama-quantize in $BUILD (Release, CPU only)"
+    # shellcheck disable=SC2086 # LLAMA_CMAKE_FLAGS is a list of flags
+    cmake -S "$LLAMA" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${LLAMA_CMAKE_FLAGS:--DGGML_NATIVE=ON} \
         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
-    cmake --build "$LLAMA/build" -j"$(nproc)" --target llama-bench
+    cmake --build "$BUILD" -j"$(nproc)" --target llama-bench llama-quantize
 fi
 LLAMA_VERSION=$("$BENCH" --version 2>&1 | grep -m1 version || true)
 say "llama.cpp: $LLAMA ($LLAMA_VERSION)"
 
-# 2. Pack -> ModelOpt HF directory -> GGUF (NVFP4 kept), then check its types.
+# 2. GGUFs: BF16 (scales folded in) -> Q4_0, Q4_K_M; NVFP4 unchanged when asked.
 python3 -c "import torch, numpy, transformers" 2>/dev/null \
     || { echo "the converter needs torch, numpy and transformers: pip install torch numpy transformers" >&2; exit 1; }
 export PYTHONPATH=$LLAMA/gguf-py${PYTHONPATH:+:$PYTHONPATH}
-GGUF=$WORK/$NAME-nvfp4.gguf
-if [ ! -f "$GGUF" ]; then
-    say "ModelOpt view of $PACK -> $WORK/$NAME-modelopt"
-    python3 "$HERE/bench_llamacpp_hf.py" "$PACK" "$WORK/$NAME-modelopt"
-    say "converting to $GGUF"
-    python3 "$HERE/bench_llamacpp_convert.py" "$LLAMA" "$WORK/$NAME-modelopt" \
-        --outtype bf16 --no-mtp --outfile "$GGUF.part" >"$WORK/$NAME-convert.log" 2>&1 \
-        || { tail -20 "$WORK/$NAME-convert.log" >&2; exit 1; }
-    mv "$GGUF.part" "$GGUF"
+convert() { # HF_DIR OUT.gguf
+    python3 "$HERE/bench_llamacpp_convert.py" "$LLAMA" "$1" \
+        --outtype bf16 --no-mtp --outfile "$2.part" >"$2.log" 2>&1 \
+        || { tail -20 "$2.log" >&2; exit 1; }
+    mv "$2.part" "$2"
+}
+BF16=$WORK/$NAME-bf16.gguf
+if [ ! -f "$BF16" ]; then
+    say "BF16 view of $PACK -> $WORK/$NAME-bf16-hf"
+    python3 "$HERE/bench_llamacpp_hf.py" --bf16 "$PACK" "$WORK/$NAME-bf16-hf"
+    say "converting to $BF16"
+    convert "$WORK/$NAME-bf16-hf" "$BF16"
 fi
-say "GGUF tensor types ($GGUF)"
-python3 "$HERE/bench_llamacpp_types.py" "$GGUF"
+python3 "$HERE/bench_llamacpp_types.py" "$BF16" --expect bf16
+ENGINES=(kore)
+declare -A GGUFS
+for q in Q4_0 Q4_K_M; do
+    out=$WORK/$NAME-$(echo "$q" | tr 'A-Z' 'a-z').gguf
+    if [ ! -f "$out" ]; then
+        say "llama-quantize $BF16 -> $out ($q)"
+        "$QUANTIZE" "$BF16" "$out.part" "$q" >"$out.log" 2>&1 || { tail -20 "$out.log" >&2; exit 1; }
+        mv "$out.part" "$out"
+    fi
+    say "GGUF tensor types ($out)"
+    python3 "$HERE/bench_llamacpp_types.py" "$out" --expect any
+    ENGINES+=("$q"); GGUFS[$q]=$out
+done
+if [ "${KORE_BENCH_NVFP4:-0}" = 1 ]; then
+    GGUF=$WORK/$NAME-nvfp4.gguf
+    if [ ! -f "$GGUF" ]; then
+        say "ModelOpt view of $PACK -> $WORK/$NAME-modelopt"
+        python3 "$HERE/bench_llamacpp_hf.py" "$PACK" "$WORK/$NAME-modelopt"
+        say "converting to $GGUF"
+        convert "$WORK/$NAME-modelopt" "$GGUF"
+    fi
+    say "GGUF tensor types ($GGUF)"
+    python3 "$HERE/bench_llamacpp_types.py" "$GGUF"
+    ENGINES+=(NVFP4); GGUFS[NVFP4]=$GGUF
+fi
 
 # 3. Kore.
 if [ -n "${KORE_LAUNCH:-}" ]; then
@@ -93,50 +132,62 @@ say "kore-launch: $KORE (repo $(git -C "$REPO" rev-parse --short HEAD 2>/dev/nul
 
 OUT=$WORK/$NAME-run-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"
+for e in "${ENGINES[@]:1}"; do
+    echo "$e $(python3 "$HERE/bench_llamacpp_types.py" "${GGUFS[$e]}" --bytes-per-token)" >>"$OUT/bytes.txt"
+done
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-run_kore() {
-    local r=$1
-    echo "kore $r before $(load)" >>"$OUT/load.txt"
-    "$KORE" bench --native --model "$PACK" --threads "$THREADS" --mtp 0 --json \
-        2>"$OUT/kore-$r.log" | tail -1 >"$OUT/kore-$r.json"
-    echo "kore $r after $(load)" >>"$OUT/load.txt"
-}
-run_llama() {
-    local r=$1
-    echo "llama $r before $(load)" >>"$OUT/load.txt"
-    "$BENCH" -m "$GGUF" -t "$THREADS" -p 512 -n 128 -r 1 -o json \
-        >"$OUT/llama-$r.json" 2>"$OUT/llama-$r.log"
-    echo "llama $r after $(load)" >>"$OUT/load.txt"
+run() { # ENGINE ROUND
+    echo "$1 $2 before $(load)" >>"$OUT/load.txt"
+    if [ "$1" = kore ]; then
+        "$KORE" bench --native --model "$PACK" --threads "$THREADS" --mtp 0 --json \
+            2>"$OUT/kore-$2.log" | tail -1 >"$OUT/kore-$2.json"
+    else
+        "$BENCH" -m "${GGUFS[$1]}" -t "$THREADS" -p 512 -n 128 -r 1 -o json \
+            >"$OUT/$1-$2.json" 2>"$OUT/$1-$2.log"
+    fi
+    echo "$1 $2 after $(load)" >>"$OUT/load.txt"
 }
 for r in $(seq 1 "$ROUNDS"); do
-    if [ $((r % 2)) -eq 1 ]; then
-        say "round $r/$ROUNDS: kore, then llama.cpp"; run_kore "$r"; run_llama "$r"
-    else
-        say "round $r/$ROUNDS: llama.cpp, then kore"; run_llama "$r"; run_kore "$r"
+    order=("${ENGINES[@]}")
+    if [ $((r % 2)) -eq 0 ]; then
+        order=(); for ((i = ${#ENGINES[@]} - 1; i >= 0; i--)); do order+=("${ENGINES[$i]}"); done
     fi
+    say "round $r/$ROUNDS: ${order[*]}"
+    for e in "${order[@]}"; do run "$e" "$r"; done
 done
 
-python3 - "$OUT" "$ROUNDS" "$THREADS" <<'PY'
+python3 - "$OUT" "$ROUNDS" "$THREADS" "${ENGINES[@]}" <<'PY'
 import json, statistics, sys
-out, rounds, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, rounds, threads, engines = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+llamas = engines[1:]
 loads = {}
 for line in open(f"{out}/load.txt"):
     eng, r, when, *avg = line.split()
     loads.setdefault((eng, r), {})[when] = avg[0]
-rows, rp, rd = [], [], []
+nbytes = dict(line.split() for line in open(f"{out}/bytes.txt"))
+def load(e, r):
+    l = loads[(e, str(r))]
+    return f"{l['before']}-{l['after']}"
 print(f"threads {threads}; run files in {out}")
-print("| round | kore prefill | llama pp512 | prefill ratio | kore decode | llama tg128 | decode ratio | kore bw fraction | load avg (1 min) kore / llama |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| round | engine | prefill tok/s | decode tok/s | ours / it: prefill | ours / it: decode | load avg (1 min) |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+ratios = {e: ([], []) for e in llamas}
+kbytes, info = 0, {}
 for r in range(1, rounds + 1):
     k = json.loads(open(f"{out}/kore-{r}.json").read())
-    ll = json.load(open(f"{out}/llama-{r}.json"))
-    pp = next(x["avg_ts"] for x in ll if x["n_prompt"] > 0 and x["n_gen"] == 0)
-    tg = next(x["avg_ts"] for x in ll if x["n_gen"] > 0 and x["n_prompt"] == 0)
-    kp, kd = k["prefill_tok_per_s"], k["decode_tok_per_s"]
-    rp.append(kp / pp); rd.append(kd / tg)
-    lk, lj = loads[("kore", str(r))], loads[("llama", str(r))]
-    print(f"| {r} | {kp:.2f} | {pp:.2f} | {kp/pp:.3f} | {kd:.3f} | {tg:.3f} | {kd/tg:.3f} | "
-          f"{k['bandwidth_fraction']:.2f} | {lk['before']}-{lk['after']} / {lj['before']}-{lj['after']} |")
-print(f"median ratio ours / llama.cpp: prefill {statistics.median(rp):.3f}, decode {statistics.median(rd):.3f}")
-print(f"llama.cpp build: {ll[0].get('build_commit')} ({ll[0].get('model_type')}, {ll[0].get('cpu_info')})")
+    kp, kd, kbytes = k["prefill_tok_per_s"], k["decode_tok_per_s"], k["weight_bytes_per_step"]
+    print(f"| {r} | Kore ({k['kernels']}) | {kp:.2f} | {kd:.3f} | | | {load('kore', r)} |")
+    for e in llamas:
+        ll = json.load(open(f"{out}/{e}-{r}.json"))
+        pp = next(x["avg_ts"] for x in ll if x["n_prompt"] > 0 and x["n_gen"] == 0)
+        tg = next(x["avg_ts"] for x in ll if x["n_gen"] > 0 and x["n_prompt"] == 0)
+        ratios[e][0].append(kp / pp); ratios[e][1].append(kd / tg)
+        info = ll[0]
+        print(f"| {r} | llama.cpp {e} | {pp:.2f} | {tg:.3f} | {kp/pp:.3f} | {kd/tg:.3f} | {load(e, r)} |")
+print(f"weight bytes per decode step: Kore {int(kbytes) / 1e9:.3f} GB; "
+      + "; ".join(f"llama.cpp {e} {int(nbytes[e]) / 1e9:.3f} GB" for e in llamas))
+for e in llamas:
+    p, d = ratios[e]
+    print(f"median ratio ours / llama.cpp {e}: prefill {statistics.median(p):.3f}, decode {statistics.median(d):.3f}")
+print(f"llama.cpp build: {info.get('build_commit')} ({info.get('cpu_info')})")
 PY

@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 """Check that a GGUF holds the same weights as the Kore pack it came from.
 
-    bench_llamacpp_types.py MODEL.gguf [--json]
+    bench_llamacpp_types.py MODEL.gguf [--json] [--expect nvfp4|bf16|any] [--bytes-per-token]
 
 Reads the GGUF with llama.cpp's gguf-py (put its directory on PYTHONPATH) and
 prints the tensor count and bytes per GGML type, then checks the comparison's
-premise: every projection (2-D `.weight` except the embedding, the output head
-and the conv1d kernel) is NVFP4, and the embedding and output head are BF16 (a
-tied output head is the embedding). Exits 1 with the offending tensors otherwise.
+premise (`--expect`, default nvfp4): every projection (2-D `.weight` except the
+embedding, the output head and the conv1d kernel) is NVFP4 (or BF16 with
+`--expect bf16`, the source of llama-quantize; `any` checks nothing, for its
+Q4_0 / Q4_K_M outputs), and the embedding and output head are BF16 (a tied
+output head is the embedding). Exits 1 with the offending tensors otherwise.
+
+`--bytes-per-token` prints only the weight bytes one decode step reads: every
+tensor, less the embedding when a separate output head exists (a token reads
+one embedding row), less MTP (`nextn`) tensors.
 """
 import json
 import sys
@@ -18,28 +24,52 @@ from gguf import GGUFReader
 UNQUANTIZED = ("token_embd.weight", "output.weight")
 
 
-def summarize(path):
+def summarize(path, expect="nvfp4"):
     reader = GGUFReader(path)
     by_type = defaultdict(lambda: [0, 0])
     wrong = []
+    want = expect.upper()
     for t in reader.tensors:
         kind = t.tensor_type.name
         by_type[kind][0] += 1
         by_type[kind][1] += int(t.n_bytes)
         is_matrix = sum(1 for d in t.shape if d > 1) >= 2
+        if expect == "any":
+            continue
         if t.name in UNQUANTIZED:
             if kind != "BF16":
                 wrong.append(f"{t.name}: {kind}, expected BF16")
-        elif t.name.endswith(".weight") and is_matrix and "conv1d" not in t.name and kind != "NVFP4":
-            wrong.append(f"{t.name}: {kind}, expected NVFP4")
+        elif t.name.endswith(".weight") and is_matrix and "conv1d" not in t.name and kind != want:
+            wrong.append(f"{t.name}: {kind}, expected {want}")
     names = {t.name for t in reader.tensors}
     return by_type, wrong, "output.weight" not in names
+
+
+def bytes_per_token(path):
+    """Weight bytes a decode step reads (see the module docs)."""
+    tensors = GGUFReader(path).tensors
+    names = {t.name for t in tensors}
+    total = 0
+    for t in tensors:
+        if "nextn" in t.name:
+            continue
+        if t.name == "token_embd.weight" and "output.weight" in names:
+            continue
+        total += int(t.n_bytes)
+    return total
 
 
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__.split("\n\n")[1].strip())
-    by_type, wrong, tied = summarize(sys.argv[1])
+    args = sys.argv[2:]
+    if "--bytes-per-token" in args:
+        print(bytes_per_token(sys.argv[1]))
+        return
+    expect = args[args.index("--expect") + 1] if "--expect" in args else "nvfp4"
+    if expect not in ("nvfp4", "bf16", "any"):
+        sys.exit(f"--expect {expect}: one of nvfp4, bf16, any")
+    by_type, wrong, tied = summarize(sys.argv[1], expect)
     if "--json" in sys.argv[2:]:
         print(json.dumps({k: {"tensors": n, "bytes": b} for k, (n, b) in sorted(by_type.items())}))
     else:

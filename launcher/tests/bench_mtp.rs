@@ -71,12 +71,32 @@ fn mtp_3_reports_acceptance_per_position_and_speedup() {
         assert!(profile[phase].as_f64().unwrap() >= 0.0, "{phase} in {profile:?}");
     }
     assert!(profile["verify_trunk"].as_f64().unwrap() > 0.0, "{profile:?}");
-    // The projection at 3.9 tokens a step with 7 drafts, from the same step costs.
-    let draft = profile["draft_mtp"].as_f64().unwrap() + profile["draft_head"].as_f64().unwrap();
-    let step = num(&v, "step_ms") - draft + 7.0 * draft / drafts;
-    let want = 3.9 * (1e3 / plain) / step;
+    // The projections (3.9 tokens a step with 7 drafts; this run's tokens a
+    // step with 3), from the measured verify costs for 1..=8 tokens, the
+    // draft cost and the rest of the measured step.
+    let phase = |p: &str| profile[p].as_f64().unwrap();
+    let verify: Vec<f64> = v["mtp_verify_ms"]
+        .as_array()
+        .expect("mtp_verify_ms array")
+        .iter()
+        .map(|a| a.as_f64().unwrap())
+        .collect();
+    assert_eq!(verify.len(), 8, "{v}");
+    assert!(verify.iter().all(|&ms| ms > 0.0), "{verify:?}");
+    let draft = phase("draft_mtp") + phase("draft_head");
+    assert!((num(&v, "mtp_draft_ms") - draft / drafts).abs() < 1e-9, "{v}");
+    let other = num(&v, "step_ms") - draft - phase("verify_trunk") - phase("verify_head");
+    let step = |k: usize| verify[k] + k as f64 * draft / drafts + other.max(0.0);
+    // The baseline is a plain step timed as the verify steps are.
+    let plain_step = num(&v, "mtp_plain_step_ms");
+    assert!(plain_step > 0.0, "{v}");
+    let want = 3.9 * plain_step / step(7);
     let projected = num(&v, "mtp_projected_speedup");
     assert!((projected - want).abs() < 1e-6 * want, "projected {projected}, want {want}: {v}");
+    let want = tps * plain_step / step(3);
+    let measured = num(&v, "mtp_projected_speedup_measured");
+    assert!((measured - want).abs() < 1e-6 * want, "projected {measured}, want {want}: {v}");
+    assert!(v["mtp_best_drafts"].as_u64().is_some_and(|k| k <= 3), "{v}");
 }
 
 #[test]
@@ -85,6 +105,18 @@ fn mtp_0_is_plain_decoding() {
     assert_eq!(num(&v, "tokens_per_step"), 1.0);
     assert_eq!(v["mtp"], 0);
     assert!(v.get("mtp_acceptance").is_none(), "{v}");
+    if cfg!(target_arch = "x86_64") {
+        // Each part's share of the prefill (the tiny pack has DeltaNet and
+        // attention layers): five shares summing to 1.
+        let share = v["prefill_share"].as_object().expect("prefill_share object");
+        let parts = ["trunk_matmuls", "deltanet", "attention", "head", "rest"];
+        assert_eq!(share.len(), parts.len(), "{share:?}");
+        let sum: f64 = parts.iter().map(|p| share[*p].as_f64().unwrap()).sum();
+        assert!((sum - 1.0).abs() < 1e-9, "{share:?}");
+        for p in ["trunk_matmuls", "deltanet", "attention", "head"] {
+            assert!(share[p].as_f64().unwrap() > 0.0, "{p} in {share:?}");
+        }
+    }
 }
 
 #[test]

@@ -116,6 +116,7 @@ pub fn run(
         tokens_per_step: r.tokens_per_step,
         threads: u32::try_from(r.threads).unwrap_or(u32::MAX),
         kernels: String::from(r.kernels),
+        prefill_share: r.prefill_share.iter().map(|&(k, v)| (String::from(k), v)).collect(),
         mtp: r.mtp.map(|m| MtpBench {
             mtp: u32::try_from(m.drafts).unwrap_or(u32::MAX),
             mtp_acceptance: m.acceptance,
@@ -123,6 +124,11 @@ pub fn run(
             plain_decode_tok_per_s: m.plain_decode_tok_per_s,
             mtp_speedup: m.speedup,
             mtp_projected_speedup: m.projected_speedup,
+            mtp_projected_speedup_measured: m.projected_speedup_measured,
+            mtp_plain_step_ms: m.plain_step_ms,
+            mtp_verify_ms: m.verify_ms,
+            mtp_draft_ms: m.draft_ms,
+            mtp_best_drafts: u32::try_from(m.best_drafts).unwrap_or(u32::MAX),
             mtp_draft_vocab: u32::try_from(m.draft_vocab).unwrap_or(u32::MAX),
         }),
     })

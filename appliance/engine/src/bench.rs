@@ -6,7 +6,8 @@
 //! ```text
 //! 1. read bandwidth: every worker sums its share of `buf` (>> caches), with the
 //!    weight kernels' software prefetch; best pass
-//! 2. prefill: one forward over a `prompt_tokens` prompt (logits of the last)
+//! 2. prefill: one forward over a `prompt_tokens` prompt (logits of the last),
+//!    with each part's share of its time (`crate::profile`)
 //! 3. decode:  `decode_tokens` greedy single-token steps from the prefilled state
 //!    (with `concurrency = C > 1`: C copies of it decode together, one
 //!    `Model::forward_batch` a step; tok/s per sequence and all together)
@@ -14,7 +15,9 @@
 //!    decode (as 3) and one speculative decode of `decode_tokens` greedy tokens
 //!    (N drafts every step, untimed fresh prefill first), in ABBA order so drift
 //!    in the machine's load hits both alike; `mtp_speedup` = MTP tok/s over
-//!    plain tok/s summed over the rounds of this run
+//!    plain tok/s summed over the rounds of this run; then the cost of a verify
+//!    step over 1..=8 tokens from the prefilled state, which with the measured
+//!    draft cost gives the projected speedups (`Projection`)
 //! achieved_gbps = weight_bytes_per_step / step time; fraction = achieved / measured
 //! ```
 
@@ -27,7 +30,7 @@ use crate::model::{Logits, Model, SeqInput};
 use crate::pool::{split, Parallel};
 use crate::sampling::{argmax, Sampler, SamplingParams};
 use crate::simd::{self, Path};
-use crate::spec::{SpecOptions, SpecStats, Speculator};
+use crate::spec::{SpecOptions, SpecStats, Speculator, MAX_DRAFTS};
 use crate::state::State;
 
 /// What to run.
@@ -92,6 +95,11 @@ pub struct BenchReport {
     pub threads: usize,
     /// Kernel path (`generic`, `avx2`, `avx512`).
     pub kernels: &'static str,
+    /// Share of the prefill's time per part of the forward
+    /// ([`crate::profile::Part`] names: `trunk_matmuls`, `deltanet`,
+    /// `attention`, `head`, `rest`; they sum to 1), empty where the tally
+    /// has no clock (not x86_64).
+    pub prefill_share: Vec<(&'static str, f64)>,
     /// With MTP: drafts asked per step, plain decode tok/s of the same run,
     /// speedup and acceptance per draft position.
     pub mtp: Option<MtpReport>,
@@ -117,8 +125,69 @@ pub struct MtpReport {
     pub profile_ms: Vec<(&'static str, f64)>,
     /// Projected, not measured: the speedup at the reference acceptance
     /// ([`REFERENCE_TOKENS_PER_STEP`] tokens a step with [`REFERENCE_DRAFTS`]
-    /// drafts) from this run's step costs ([`projected_speedup`]).
+    /// drafts) from this run's step costs ([`Projection`]).
     pub projected_speedup: f64,
+    /// Projected, not measured: the speedup at this run's own acceptance
+    /// (its tokens a step with `drafts` drafts), from the same costs.
+    pub projected_speedup_measured: f64,
+    /// Milliseconds of a verify step (checkpointed trunk forward plus the
+    /// full lm_head) over `n` tokens, `n = 1..=8` (index `n - 1`).
+    pub verify_ms: Vec<f64>,
+    /// Milliseconds of a plain step (forward + lm_head over one token),
+    /// measured as `verify_ms` is (the projections' baseline).
+    pub plain_step_ms: f64,
+    /// Milliseconds of one draft (MTP layer + draft head), measured.
+    pub draft_ms: f64,
+    /// The draft length (0..=`drafts`) that the measured acceptance by
+    /// position and these costs say gives the most tokens a second (0:
+    /// drafting does not pay; the adaptive length may choose it).
+    pub best_drafts: usize,
+}
+
+/// The step costs a projected speedup is derived from (milliseconds).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Projection {
+    /// A plain single-token decode step (forward + lm_head over one token),
+    /// timed the same way as `verify_ms`.
+    pub plain_ms: f64,
+    /// A verify step over `n` tokens, `n = 1..` (index `n - 1`).
+    pub verify_ms: Vec<f64>,
+    /// One draft.
+    pub draft_ms: f64,
+    /// What else a speculative step costs (rewind, MTP refill, sampling),
+    /// as measured per step.
+    pub other_ms: f64,
+}
+
+impl Projection {
+    /// Milliseconds of a step with `drafts` drafts: the drafts, a verify of
+    /// `drafts + 1` tokens and the rest ([`None`] past the verify table).
+    pub fn step_ms(&self, drafts: usize) -> Option<f64> {
+        let verify = self.verify_ms.get(drafts)?;
+        Some(verify + drafts as f64 * self.draft_ms + self.other_ms)
+    }
+
+    /// Speedup over plain decoding of steps with `drafts` drafts that yield
+    /// `tokens_per_step` tokens.
+    pub fn speedup(&self, drafts: usize, tokens_per_step: f64) -> Option<f64> {
+        Some(tokens_per_step * self.plain_ms / self.step_ms(drafts)?.max(1e-9))
+    }
+
+    /// The draft length in `0..=max` with the best projected speedup for
+    /// the acceptance `acceptance[j]` (fraction of steps whose drafts
+    /// `1..=j+1` were all accepted); 0 is plain decoding (speedup 1).
+    pub fn best_drafts(&self, acceptance: &[f64], max: usize) -> usize {
+        let (mut best, mut best_speedup) = (0, 1.0);
+        let mut tokens = 1.0;
+        for k in 1..=max.min(acceptance.len()) {
+            tokens += acceptance[k - 1];
+            match self.speedup(k, tokens) {
+                Some(s) if s > best_speedup => (best, best_speedup) = (k, s),
+                _ => {}
+            }
+        }
+        best
+    }
 }
 
 /// Tokens a step the reference MTP acceptance gives (Qwen3.5 with 7 drafts).
@@ -272,7 +341,10 @@ pub fn run_with_prompt(
     progress(format!("prefill: {} tokens", p.len()));
     let mut prefilled = model.new_state();
     let t0 = clock();
-    let logits = model.forward(&mut prefilled, &p, Logits::Last)?;
+    crate::profile::start();
+    let logits = model.forward(&mut prefilled, &p, Logits::Last);
+    let prefill_share = crate::profile::shares(&crate::profile::stop());
+    let logits = logits?;
     let prefill_s = secs(clock().saturating_sub(t0));
     let prefill_tok_per_s = p.len() as f64 / prefill_s;
     progress(format!(
@@ -297,7 +369,8 @@ pub fn run_with_prompt(
                 }
             }
         }
-        let m = spec.report(&spec_options(model, opts), plain.tok_per_s());
+        let costs = verify_costs(model, &prefilled, &p, clock, progress)?;
+        let m = spec.report(&spec_options(model, opts), plain.tok_per_s(), &costs);
         (spec.decode, Some(m))
     };
     let step_s = decode.seconds / decode.steps as f64;
@@ -315,6 +388,7 @@ pub fn run_with_prompt(
         tokens_per_step: decode.tokens as f64 / decode.steps as f64,
         threads: model.pool().workers(),
         kernels: simd::active().name(),
+        prefill_share,
         mtp,
     })
 }
@@ -412,11 +486,12 @@ impl SpecRun {
     }
 
     /// The MTP part of the report, `plain_tok_per_s` from the same rounds.
-    fn report(&self, opts: &SpecOptions, plain_tok_per_s: f64) -> MtpReport {
+    fn report(&self, opts: &SpecOptions, plain_tok_per_s: f64, costs: &Costs) -> MtpReport {
+        let verify_ms = &costs.verify_ms;
         let (st, drafts) = (&self.stats, opts.max_drafts);
         let steps = st.steps.max(1) as f64;
         let drafted: u64 = st.drafted.iter().sum();
-        let acceptance = (0..drafts.min(st.drafted.len()))
+        let acceptance: Vec<f64> = (0..drafts.min(st.drafted.len()))
             .map(|j| st.accepted[j] as f64 / st.drafted[j].max(1) as f64)
             .collect();
         let step_ms = self.decode.seconds * 1e3 / steps;
@@ -426,14 +501,28 @@ impl SpecRun {
         profile_ms.push(("other", (step_ms - known).max(0.0)));
         let draft_ms: f64 =
             profile_ms.iter().filter(|e| e.0.starts_with("draft")).map(|e| e.1).sum();
-        let projected_speedup = projected_speedup(
-            1e3 / plain_tok_per_s.max(1e-9),
-            step_ms,
-            draft_ms,
-            drafted as f64 / steps,
-            REFERENCE_DRAFTS,
-            REFERENCE_TOKENS_PER_STEP,
-        );
+        let drafts_made = drafted as f64 / steps;
+        let per_draft = if drafts_made > 0.0 { draft_ms / drafts_made } else { 0.0 };
+        let verify: f64 =
+            profile_ms.iter().filter(|e| e.0.starts_with("verify")).map(|e| e.1).sum();
+        let proj = Projection {
+            plain_ms: costs.plain_ms,
+            verify_ms: verify_ms.to_vec(),
+            draft_ms: per_draft,
+            other_ms: (step_ms - draft_ms - verify).max(0.0),
+        };
+        let tokens_per_step = st.tokens_per_step();
+        let fallback = |k: usize, tps: f64| {
+            let plain_ms = 1e3 / plain_tok_per_s.max(1e-9);
+            projected_speedup(plain_ms, step_ms, draft_ms, drafts_made, k, tps)
+        };
+        let projected_speedup = proj
+            .speedup(REFERENCE_DRAFTS, REFERENCE_TOKENS_PER_STEP)
+            .unwrap_or_else(|| fallback(REFERENCE_DRAFTS, REFERENCE_TOKENS_PER_STEP));
+        let projected_speedup_measured = proj
+            .speedup(drafts, tokens_per_step)
+            .unwrap_or_else(|| fallback(drafts, tokens_per_step));
+        let best_drafts = proj.best_drafts(&acceptance, drafts);
         MtpReport {
             drafts,
             drafts_per_step: drafted as f64 / steps,
@@ -443,8 +532,71 @@ impl SpecRun {
             draft_vocab: opts.draft_vocab,
             profile_ms,
             projected_speedup,
+            projected_speedup_measured,
+            verify_ms: verify_ms.to_vec(),
+            plain_step_ms: costs.plain_ms,
+            draft_ms: per_draft,
+            best_drafts,
         }
     }
+}
+
+/// Most tokens a verify step's cost is measured for (1 pending + 7 drafts).
+pub const VERIFY_TOKENS: usize = MAX_DRAFTS + 1;
+
+/// Step costs measured from the prefilled state, best of 3 each.
+struct Costs {
+    /// A plain step: forward and lm_head over one token.
+    plain_ms: f64,
+    /// A verify step over `n = 1..=VERIFY_TOKENS` tokens (index `n - 1`).
+    verify_ms: Vec<f64>,
+}
+
+/// [`Costs`] from `prefilled`: a plain step, and a verify step over `n =
+/// 1..=VERIFY_TOKENS` tokens (a checkpointed trunk forward and the full
+/// lm_head over every row, as `Speculator::step` verifies; shorter where the
+/// context has no room), best of 3 each.
+fn verify_costs(
+    model: &Model<'_>,
+    prefilled: &State,
+    prompt: &[u32],
+    clock: Clock<'_>,
+    progress: &mut dyn FnMut(String),
+) -> Result<Costs, BenchError> {
+    let best_of_3 = |f: &mut dyn FnMut(&mut State) -> Result<(), BenchError>| {
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let mut state = prefilled.clone();
+            let t0 = clock();
+            f(&mut state)?;
+            best = best.min(secs(clock().saturating_sub(t0)) * 1e3);
+        }
+        Ok::<f64, BenchError>(best)
+    };
+    let room = model.config.max_position_embeddings.saturating_sub(prefilled.pos);
+    // No room: no costs (the projections then fall back to the measured step).
+    let plain_ms = if room == 0 {
+        f64::NAN
+    } else {
+        best_of_3(&mut |state| {
+            core::hint::black_box(model.forward(state, &prompt[..1], Logits::Last)?);
+            Ok(())
+        })?
+    };
+    let mut ckpt = crate::state::Checkpoints::new();
+    let mut verify_ms = Vec::with_capacity(VERIFY_TOKENS);
+    for n in 1..=VERIFY_TOKENS.min(room) {
+        let tokens: Vec<u32> = prompt.iter().copied().cycle().take(n).collect();
+        verify_ms.push(best_of_3(&mut |state| {
+            let hidden = model.forward_hidden_checkpointed(state, &tokens, &mut ckpt)?;
+            core::hint::black_box(model.logits(&hidden));
+            Ok(())
+        })?);
+    }
+    progress(format!(
+        "plain step {plain_ms:.1} ms; verify of 1..={VERIFY_TOKENS}: {verify_ms:.1?}"
+    ));
+    Ok(Costs { plain_ms, verify_ms })
 }
 
 /// The speculative decoding settings the bench measures: exactly
@@ -506,7 +658,29 @@ fn secs(ns: u64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::projected_speedup;
+    use super::{projected_speedup, Projection};
+
+    #[test]
+    fn projection_from_verify_costs_and_best_length() {
+        // Verify cost grows 10% a token; a draft costs 5% of a plain step.
+        let p = Projection {
+            plain_ms: 100.0,
+            verify_ms: (0..8).map(|n| 100.0 + 10.0 * n as f64).collect(),
+            draft_ms: 5.0,
+            other_ms: 5.0,
+        };
+        // 7 drafts: 170 + 35 + 5 = 210 ms for 3.9 tokens.
+        let s = p.speedup(7, 3.9).unwrap();
+        assert!((s - 3.9 * 100.0 / 210.0).abs() < 1e-12, "{s}");
+        assert_eq!(p.speedup(8, 4.0), None, "no verify cost measured for 9 tokens");
+        // Nothing accepted: plain steps are best; everything accepted: all drafts.
+        assert_eq!(p.best_drafts(&[0.0; 7], 7), 0);
+        assert_eq!(p.best_drafts(&[1.0; 7], 7), 7);
+        assert_eq!(p.best_drafts(&[1.0; 7], 3), 3);
+        // Acceptance 0.9, 0.45, 0.05: two drafts (2.35 tokens in 135 ms) beat
+        // one (1.9 in 120) and three (2.4 in 150).
+        assert_eq!(p.best_drafts(&[0.9, 0.45, 0.05, 0.0, 0.0, 0.0, 0.0], 7), 2);
+    }
 
     #[test]
     fn projection_swaps_the_measured_drafts_for_the_reference_count() {

@@ -62,6 +62,7 @@ pub fn matmul(w: &Linear<'_>, x: &[f32], tokens: usize, y: &mut [f32]) {
 
 /// [`matmul`] with rows split across `pool`.
 pub fn matmul_on(pool: &dyn Parallel, w: &Linear<'_>, x: &[f32], tokens: usize, y: &mut [f32]) {
+    let _p = crate::profile::scope(crate::profile::Part::Matmul);
     matmul_with(crate::simd::active(), pool, w, x, tokens, y);
 }
 
@@ -93,6 +94,7 @@ impl<'p, 'w> Product<'p, 'w> {
 /// barrier instead of one per product, and the workers balance across all
 /// of them. Active kernel path.
 pub fn matmuls_on(pool: &dyn Parallel, tokens: usize, products: &mut [Product<'_, '_>]) {
+    let _p = crate::profile::scope(crate::profile::Part::Matmul);
     matmuls_with(crate::simd::active(), pool, tokens, products);
 }
 
@@ -251,8 +253,8 @@ fn rows_job(
     scratch: &mut Vec<f32>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if path == Path::Avx512Vnni && matches!(j.xp, Prepared::Q8(_)) {
-        return vnni::rows_job(j, rows, tokens, scratch);
+    if matches!(j.xp, Prepared::Q8(_)) {
+        return vnni::rows_job(path, j, rows, tokens, scratch);
     }
     let cols = j.w.cols();
     let mut acc = [0.0f32; TILE];
@@ -355,39 +357,12 @@ fn row(
 ) {
     match (path, x) {
         #[cfg(target_arch = "x86_64")]
-        (_, Xs::Q8(q)) => q8_row(path, w, r, q, n, out),
+        (_, Xs::Q8(_)) => unreachable!("int8 activations take the tile kernels (`vnni`)"),
         #[cfg(target_arch = "x86_64")]
         (Path::Avx2 | Path::Avx512 | Path::Avx512Vnni, Xs::F32(x)) => {
             simd_row(path, w, r, x, n, out)
         }
         (_, Xs::F32(x)) => generic::row(w, r, x, n, out, scratch),
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn q8_row(
-    path: Path,
-    w: &Linear<'_>,
-    r: usize,
-    x: crate::simd::avx512vnni::Q8In<'_>,
-    n: usize,
-    out: &mut [f32; TILE],
-) {
-    use crate::simd::avx512vnni as k;
-    let Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. } = *w else {
-        unreachable!("int8 activations are prepared only for NVFP4 weights");
-    };
-    let p = &packed[r * cols / 2..(r + 1) * cols / 2];
-    let s = &scales[r * cols / 16..(r + 1) * cols / 16];
-    if path == Path::Avx2 {
-        // SAFETY: `matmuls_with` checked AVX2 is supported; the activations
-        // were quantized with 64-column chunks for this kernel.
-        unsafe { by_n!(n, crate::simd::avx2_q8::nvfp4_row, p, s, gs, cols, x, out) }
-    } else {
-        // SAFETY: `matmuls_with` checked the path (VNNI + VBMI) is supported;
-        // slice lengths match the kernel's preconditions (cols % 16 == 0 by
-        // load, the tile holds n tokens of q/corr/scale).
-        unsafe { by_n!(n, k::nvfp4_row, p, s, gs, cols, x, out) }
     }
 }
 

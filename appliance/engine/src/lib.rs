@@ -31,6 +31,7 @@ pub mod model;
 pub mod ops;
 pub mod options;
 pub mod pool;
+pub mod profile;
 /// The strict safetensors reader (from kore-pack-format).
 pub use kore_pack_format::safetensors;
 pub mod sampling;

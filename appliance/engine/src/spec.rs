@@ -35,6 +35,11 @@ use crate::weights::Linear;
 /// Most drafts per step.
 pub const MAX_DRAFTS: usize = 7;
 
+/// When the adaptive draft length has chosen plain steps (drafting does not
+/// pay at the estimated acceptance), every this many steps one draft is
+/// made anyway to keep measuring the acceptance.
+pub const PROBE_EVERY: usize = 8;
+
 /// Vocabularies up to this size are drafted in full.
 pub const FULL_DRAFT_VOCAB_MAX: usize = 32 * 1024;
 
@@ -173,6 +178,8 @@ pub struct Speculator<'m, 'a> {
     pending: u32,
     /// Running acceptance estimate per draft position.
     alpha: [f32; MAX_DRAFTS],
+    /// Adaptive plain steps in a row (see [`PROBE_EVERY`]).
+    plain_steps: usize,
     /// Statistics so far.
     pub stats: SpecStats,
     /// Nanosecond clock for [`SpecStats::profile`] (none: not profiled).
@@ -207,6 +214,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
             g: Vec::new(),
             pending: 0,
             alpha: [0.6; MAX_DRAFTS],
+            plain_steps: 0,
             stats: SpecStats::default(),
             clock: None,
         };
@@ -235,26 +243,22 @@ impl<'m, 'a> Speculator<'m, 'a> {
         self.pending
     }
 
-    /// Draft length for the next step, at most `limit`.
-    fn draft_len(&self, limit: usize) -> usize {
+    /// Draft length for the next step, at most `limit`. The adaptive length
+    /// is 0 (a plain step) when no length beats one token a step at the
+    /// estimated acceptance; then every [`PROBE_EVERY`]-th step drafts one
+    /// token anyway, so the estimate can recover.
+    fn draft_len(&mut self, limit: usize) -> usize {
         let max = self.opts.max_drafts.min(limit);
-        if !self.opts.adaptive || max <= 1 {
+        if !self.opts.adaptive || max == 0 {
             return max;
         }
-        // Expected tokens per unit cost: E(n) = 1 + sum_k prod_{j<=k} alpha_j,
-        // cost(n) = 1 + n * (draft_cost + verify_cost).
-        let (mut best, mut best_rate) = (1, 0.0f32);
-        let (mut expect, mut reach) = (1.0f32, 1.0f32);
-        for n in 1..=max {
-            reach *= self.alpha[n - 1];
-            expect += reach;
-            let rate = expect / (1.0 + n as f32 * (self.opts.draft_cost + self.opts.verify_cost));
-            if rate > best_rate {
-                best = n;
-                best_rate = rate;
-            }
+        let n = best_len(&self.alpha, &self.opts, max);
+        if n == 0 && self.plain_steps + 1 >= PROBE_EVERY {
+            self.plain_steps = 0;
+            return 1;
         }
-        best
+        self.plain_steps = if n == 0 { self.plain_steps + 1 } else { 0 };
+        n
     }
 
     /// Draft logits over the draft vocabulary for MTP output `g`.
@@ -469,5 +473,43 @@ pub fn generate_spec(
         // Drafts beyond the remaining budget would be wasted.
         let left = opts.max_tokens - tokens.len();
         batch = sp.step(state, left.saturating_sub(1))?;
+    }
+}
+
+/// The draft length in `0..=max` with the most expected tokens per unit
+/// cost at the acceptance estimates `alpha` (per draft position, given the
+/// ones before were accepted): `E(n) = 1 + sum_k prod_{j<=k} alpha_j` over
+/// `cost(n) = 1 + n * (draft_cost + verify_cost)`; a plain step is 1 / 1.
+fn best_len(alpha: &[f32; MAX_DRAFTS], opts: &SpecOptions, max: usize) -> usize {
+    let (mut best, mut best_rate) = (0, 1.0f32);
+    let (mut expect, mut reach) = (1.0f32, 1.0f32);
+    for n in 1..=max.min(MAX_DRAFTS) {
+        reach *= alpha[n - 1];
+        expect += reach;
+        let rate = expect / (1.0 + n as f32 * (opts.draft_cost + opts.verify_cost));
+        if rate > best_rate {
+            best = n;
+            best_rate = rate;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{best_len, SpecOptions, MAX_DRAFTS};
+
+    #[test]
+    fn adaptive_length_drafts_only_where_it_pays() {
+        let opts = SpecOptions::new(7); // draft 0.2 + verify 0.15 a token
+                                        // High acceptance: every draft pays.
+        assert_eq!(best_len(&[0.95; MAX_DRAFTS], &opts, 7), 7);
+        // One draft pays when alpha > 0.35; below that a plain step is best.
+        assert_eq!(best_len(&[0.5; MAX_DRAFTS], &opts, 7), 1);
+        assert_eq!(best_len(&[0.3; MAX_DRAFTS], &opts, 7), 0);
+        assert_eq!(best_len(&[0.0; MAX_DRAFTS], &opts, 1), 0);
+        // Drafts that cost as much as a step never pay.
+        let dear = SpecOptions { draft_cost: 1.0, ..opts };
+        assert_eq!(best_len(&[0.9; MAX_DRAFTS], &dear, 7), 0);
     }
 }

@@ -2,6 +2,7 @@
 //! so that the same scheduler drives the real engine in the guest, the real
 //! engine in-process on the host (`--native`), and fakes in tests.
 
+use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
@@ -201,6 +202,11 @@ pub struct BenchReport {
     pub threads: u32,
     /// The kernel path the engine ran (`generic`, `avx2`, `avx512`, `avx512vnni`).
     pub kernels: String,
+    /// Share of the prefill's time per part of the forward (`trunk_matmuls`,
+    /// `deltanet`, `attention`, `head`, `rest`; `kore_engine::profile`),
+    /// absent where nothing was counted.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prefill_share: BTreeMap<String, f64>,
     /// With MTP drafting (`mtp > 0`): the figures of [`MtpBench`], else absent.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub mtp: Option<MtpBench>,
@@ -223,6 +229,21 @@ pub struct MtpBench {
     /// Projected (not measured) speedup at the reference acceptance, from
     /// this run's step costs (`kore_engine::bench::projected_speedup`).
     pub mtp_projected_speedup: f64,
+    /// Projected (not measured) speedup at this run's own acceptance.
+    #[serde(default)]
+    pub mtp_projected_speedup_measured: f64,
+    /// Milliseconds of a plain step, timed as the verify steps are.
+    #[serde(default)]
+    pub mtp_plain_step_ms: f64,
+    /// Milliseconds of a verify step over 1..=8 tokens.
+    #[serde(default)]
+    pub mtp_verify_ms: Vec<f64>,
+    /// Milliseconds of one draft.
+    #[serde(default)]
+    pub mtp_draft_ms: f64,
+    /// Draft length with the best projected speedup at this run's acceptance.
+    #[serde(default)]
+    pub mtp_best_drafts: u32,
     /// Draft vocabulary (lm_head rows the drafts score).
     pub mtp_draft_vocab: u32,
 }
@@ -249,5 +270,19 @@ mod tests {
         assert_eq!(v["mtp_acceptance"].as_array().map(|a| a.len()), Some(3));
         assert_eq!(v["mtp_speedup"], 1.5);
         assert!(v.get("tokens_per_step").is_some(), "{v}");
+    }
+
+    #[test]
+    fn prefill_share_is_an_object_only_when_counted() {
+        let plain = serde_json::to_value(BenchReport::default()).unwrap();
+        assert!(plain.get("prefill_share").is_none(), "{plain}");
+        let mut share = BTreeMap::new();
+        share.insert(String::from("trunk_matmuls"), 0.75);
+        share.insert(String::from("rest"), 0.25);
+        let r = BenchReport { prefill_share: share, ..BenchReport::default() };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["prefill_share"]["trunk_matmuls"], 0.75, "{v}");
+        let back: BenchReport = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
     }
 }

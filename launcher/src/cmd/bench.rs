@@ -169,12 +169,22 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             "mtp": r.mtp.as_ref().map_or(0, |m| m.drafts),
         });
         let mut obj = obj;
+        if !r.prefill_share.is_empty() {
+            let share: serde_json::Map<String, serde_json::Value> =
+                r.prefill_share.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
+            obj["prefill_share"] = serde_json::Value::Object(share);
+        }
         if let Some(m) = &r.mtp {
             obj["mtp_acceptance"] = json!(m.acceptance);
             obj["mtp_drafts_per_step"] = json!(m.drafts_per_step);
             obj["plain_decode_tok_per_s"] = json!(m.plain_decode_tok_per_s);
             obj["mtp_speedup"] = json!(m.speedup);
             obj["mtp_projected_speedup"] = json!(m.projected_speedup);
+            obj["mtp_projected_speedup_measured"] = json!(m.projected_speedup_measured);
+            obj["mtp_verify_ms"] = json!(m.verify_ms);
+            obj["mtp_plain_step_ms"] = json!(m.plain_step_ms);
+            obj["mtp_draft_ms"] = json!(m.draft_ms);
+            obj["mtp_best_drafts"] = json!(m.best_drafts);
             obj["mtp_draft_vocab"] = json!(m.draft_vocab);
             let profile: serde_json::Map<String, serde_json::Value> =
                 m.profile_ms.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
@@ -200,6 +210,14 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             r.kernels
         )
         .map_err(io)?;
+        if !r.prefill_share.is_empty() {
+            let parts: Vec<String> = r
+                .prefill_share
+                .iter()
+                .map(|(k, v)| format!("{} {:.1}%", k.replace('_', " "), v * 100.0))
+                .collect();
+            writeln!(out, "prefill time: {}", parts.join(" | ")).map_err(io)?;
+        }
         if let Some(m) = &r.mtp {
             let acc: Vec<String> = m.acceptance.iter().map(|a| format!("{a:.2}")).collect();
             writeln!(
@@ -218,10 +236,25 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             writeln!(
                 out,
                 "mtp projected (not measured): {:.2}x at {} tokens a step with {} drafts, \
-                 from this run's step costs",
+                 {:.2}x at this run's {:.2} tokens a step with {}; from this run's step costs",
                 m.projected_speedup,
                 kore_engine::bench::REFERENCE_TOKENS_PER_STEP,
-                kore_engine::bench::REFERENCE_DRAFTS
+                kore_engine::bench::REFERENCE_DRAFTS,
+                m.projected_speedup_measured,
+                r.tokens_per_step,
+                m.drafts
+            )
+            .map_err(io)?;
+            let verify: Vec<String> = m.verify_ms.iter().map(|v| format!("{v:.1}")).collect();
+            writeln!(
+                out,
+                "mtp costs (ms): plain step {:.1} | verify of 1..{} tokens {} | one draft {:.2} \
+                 | best draft length at this acceptance {}",
+                m.plain_step_ms,
+                m.verify_ms.len(),
+                verify.join(" "),
+                m.draft_ms,
+                m.best_drafts
             )
             .map_err(io)?;
             let phases: Vec<String> =

@@ -287,6 +287,7 @@ impl<'a> Model<'a> {
     /// lm_head over rows of final-normed hidden states (`[n, hidden]` -> `[n, vocab]`).
     pub fn logits(&self, hidden: &[f32]) -> Vec<f32> {
         let n = hidden.len() / self.config.hidden_size;
+        let _p = crate::profile::scope(crate::profile::Part::Head);
         let mut out = vec![0.0; n * self.config.vocab_size];
         matmul_on(self.pool.0, &self.lm_head, hidden, n, &mut out);
         out
@@ -366,9 +367,11 @@ impl<'a> Model<'a> {
         rms_norm_1p_rows(&mut hn, &layer.input_norm, cfg.rms_norm_eps);
         let mixed = match (&layer.mixer, ls) {
             (Mixer::Linear(d), LayerState::Linear { conv, recurrent }) => {
+                let _p = crate::profile::scope(crate::profile::Part::DeltaNet);
                 d.forward_checkpointed(cfg, self.pool.0, &hn, t, conv, recurrent, ckpt)
             }
             (Mixer::Full(a), LayerState::Full { k, v }) => {
+                let _p = crate::profile::scope(crate::profile::Part::Attention);
                 a.forward(cfg, self.pool.0, &self.inv_freq, &hn, t, pos0, k, v)
             }
             _ => unreachable!("state layout checked in check_input"),

@@ -1,7 +1,9 @@
-//! AVX2 NVFP4 kernel on int8 activations (quantized per 16-column block,
-//! `kernels::q8act`, in 64-column chunks), the AVX2 counterpart of
-//! `simd::avx512vnni`. Twin: the generic f32 path on the dequantized
-//! activations (`kernels::round_q8`); the integer sums are exact.
+//! AVX2 NVFP4 GEMM tile on int8 activations (quantized per 16-column block,
+//! `kernels::q8act`, in 64-column chunks): `R` consecutive weight rows
+//! against `N` tokens, the AVX2 counterpart of `simd::vnni_tile` (prefill,
+//! batched decode and verification; `R = N = 1` is decode). Twin: the
+//! generic f32 path on the dequantized activations (`kernels::round_q8`);
+//! the integer sums are exact.
 //!
 //! One 32-byte load holds 64 columns. `vpshufb` turns each low nibble, and
 //! after a shift each high nibble, into the unsigned `2 * E2M1(code) + 12`
@@ -11,13 +13,17 @@
 //! by the signed activations (pairs of products stay far inside i16),
 //! `vpmaddwd` by ones sums the 16-bit pairs, so dword lane `L` holds
 //! columns `8L..8L+7` (block `L / 2`), and adding the quantizer's `corr =
-//! -12 * sum(q)` removes the offset exactly. Per chunk and token: two
+//! -12 * sum(q)` removes the offset exactly. Per chunk, row and token: two
 //! `vpmaddubsw`, two adds, a `vpmaddwd`, a convert, a multiply of the
 //! scales and one FMA.
+//! Each row's nibbles are expanded once per token tile and each token's
+//! activations are loaded once per row tile. The f32 steps of a (row,
+//! token) pair do not depend on `R`, `N` or the pair's place in the tile,
+//! so a token's result is bit-identical alone and batched.
 
 use core::arch::x86_64::*;
 
-use super::avx512vnni::Q8In;
+use super::avx512vnni::{tail, Q8In};
 use crate::kernels::TILE;
 
 /// `2 * E2M1(code) + 12`, for both 128-bit lanes of `vpshufb`.
@@ -67,65 +73,127 @@ unsafe fn weight_scales(p: *const u8, gs: __m256) -> __m256 {
     e4m3x8(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(b, dup)), gs)
 }
 
-/// One NVFP4 row (`packed` = cols/2 bytes, `scales` = cols/16) against `N`
-/// tokens of int8 activations in 64-column chunks; writes `out[..N]`.
+/// Rows per tile in the multi-row kernel (`ROWS x TOKENS` accumulators and
+/// each row's two expanded weight vectors fit in the 16 registers).
+pub(crate) const ROWS: usize = 2;
+
+/// Most tokens per tile.
+pub(crate) const TOKENS: usize = 4;
+
+/// Every full chunk's block scales of `rows` NVFP4 rows (`scales` = `rows *
+/// cols / 16` bytes) as [`nvfp4_tile`] uses them (8 floats per row and
+/// 64-column chunk, row-major), for rows that pass several token tiles:
+/// decoded once instead of once per tile.
 ///
 /// # Safety
-/// AVX2 and FMA must be available; `packed.len() == cols / 2`,
-/// `scales.len() == cols / 16`, `cols % 16 == 0`; `x.q.len() >= N * cols`,
-/// `x.corr.len()` and `x.scale.len() >= N * cols / 8`.
+/// AVX2 and FMA must be available; `scales.len() == rows * cols / 16`,
+/// `out.len() == rows * (cols / 64) * 8`.
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn nvfp4_row<const N: usize>(
+pub(crate) unsafe fn decode_scales(scales: &[u8], gs: f32, cols: usize, out: &mut [f32]) {
+    let (chunks, srow) = (cols / 64, cols / 16);
+    let rows = scales.len() / srow.max(1);
+    debug_assert!(scales.len() == rows * srow && out.len() == rows * chunks * 8);
+    let gsv = _mm256_set1_ps(gs);
+    for r in 0..rows {
+        for c in 0..chunks {
+            // SAFETY: 4 bytes at r*srow + 4c < scales.len(); 8 floats at
+            // (r*chunks + c)*8 < out.len(), by the preconditions.
+            unsafe {
+                let v = weight_scales(scales.as_ptr().add(r * srow + 4 * c), gsv);
+                _mm256_storeu_ps(out.as_mut_ptr().add((r * chunks + c) * 8), v);
+            }
+        }
+    }
+}
+
+/// `R` consecutive NVFP4 rows (`packed` = `R * cols / 2` bytes, `scales` =
+/// `R * cols / 16`) against `N` tokens of int8 activations in 64-column
+/// chunks; writes `out[r][..N]` for `r < R`. `pre` is empty, or these rows'
+/// scales from [`decode_scales`] (the same values, not decoded again).
+///
+/// # Safety
+/// AVX2 and FMA must be available; `R <= ROWS`, `N <= TOKENS`,
+/// `cols % 16 == 0`, `packed.len() == R * cols / 2`, `scales.len() == R *
+/// cols / 16`; `x.q.len() >= N * cols`, `x.corr` and `x.scale` at least
+/// `N * cols / 8` long; `pre.len()` is 0 or `R * (cols / 64) * 8`.
+#[target_feature(enable = "avx2,fma")]
+// Token and row indices address two register arrays at once.
+#[allow(clippy::needless_range_loop)]
+pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
     packed: &[u8],
     scales: &[u8],
     gs: f32,
     cols: usize,
     x: Q8In<'_>,
-    out: &mut [f32; TILE],
+    pre: &[f32],
+    out: &mut [[f32; TILE]; super::vnni_tile::ROWS],
 ) {
-    debug_assert!(packed.len() == cols / 2 && scales.len() == cols / 16 && cols % 16 == 0);
+    debug_assert!(R <= ROWS && N <= TOKENS && cols % 16 == 0);
+    debug_assert!(packed.len() == R * cols / 2 && scales.len() == R * cols / 16);
     debug_assert!(x.q.len() >= N * cols && x.scale.len() >= N * cols / 8);
     debug_assert!(x.corr.len() >= N * cols / 8);
-    let chunks = cols / 64;
-    // SAFETY: chunk c reads packed[32c..+32], scales[4c..+4], q[t*cols +
-    // 64c..+64] and corr/scale[t*cols/8 + 8c..+8], inside the slices.
+    debug_assert!(pre.is_empty() || pre.len() == R * (cols / 64) * 8);
+    let (chunks, prow, srow) = (cols / 64, cols / 2, cols / 16);
+    // SAFETY: chunk c reads packed[r*prow + 32c..+32] and scales[r*srow +
+    // 4c..+8 (pairs) or +4] (or pre[(r*chunks + c)*8..+8]) for r < R,
+    // q[t*cols + 64c..+64] and corr/scale[t*cols/8 + 8c..+8] for t < N:
+    // inside the slices by the preconditions.
     unsafe {
         let lut = _mm256_loadu_si256(E2M1_U8.as_ptr() as *const __m256i);
         let (nib, ones, gsv) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1), _mm256_set1_ps(gs));
-        let mut acc = [_mm256_setzero_ps(); N];
+        let mut acc = [[_mm256_setzero_ps(); N]; R];
         let mut pair = [_mm256_setzero_ps(); 2];
         for c in 0..chunks {
-            let p = packed.as_ptr().add(32 * c);
-            // Block scales two chunks at a time (one decode of 8 bytes).
-            let ws = if c % 2 == 0 && c + 2 <= chunks {
-                super::prefetch_ahead(p);
-                pair = weight_scales2(scales.as_ptr().add(4 * c), gsv);
-                pair[0]
-            } else if c % 2 == 1 {
-                pair[1]
-            } else {
-                weight_scales(scales.as_ptr().add(4 * c), gsv)
-            };
-            let d = _mm256_loadu_si256(p as *const __m256i);
-            let lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(d, nib));
-            let hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16::<4>(d), nib));
-            for (t, a) in acc.iter_mut().enumerate() {
+            let mut lo = [_mm256_setzero_si256(); R];
+            let mut hi = [_mm256_setzero_si256(); R];
+            let mut ws = [_mm256_setzero_ps(); R];
+            for r in 0..R {
+                let p = packed.as_ptr().add(r * prow + 32 * c);
+                if c % 2 == 0 {
+                    super::prefetch_ahead(p);
+                }
+                let d = _mm256_loadu_si256(p as *const __m256i);
+                lo[r] = _mm256_shuffle_epi8(lut, _mm256_and_si256(d, nib));
+                hi[r] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16::<4>(d), nib));
+                let sp = scales.as_ptr().add(r * srow + 4 * c);
+                // One row (decode) decodes the scales of two chunks at once
+                // (the same values as `weight_scales`, fewer instructions).
+                ws[r] = if !pre.is_empty() {
+                    _mm256_loadu_ps(pre.as_ptr().add((r * chunks + c) * 8))
+                } else if R > 1 || (c % 2 == 0 && c + 2 > chunks) {
+                    weight_scales(sp, gsv)
+                } else if c % 2 == 0 {
+                    pair = weight_scales2(sp, gsv);
+                    pair[0]
+                } else {
+                    pair[1]
+                };
+            }
+            for t in 0..N {
                 let q = x.q.as_ptr().add(t * cols + 64 * c);
                 let g = t * cols / 8 + 8 * c;
+                let xs = _mm256_loadu_ps(x.scale.as_ptr().add(g));
+                let corr = _mm256_loadu_si256(x.corr.as_ptr().add(g) as *const __m256i);
                 let qe = _mm256_loadu_si256(q as *const __m256i);
                 let qo = _mm256_loadu_si256(q.add(32) as *const __m256i);
-                let pe = _mm256_maddubs_epi16(lo, qe);
-                let po = _mm256_maddubs_epi16(hi, qo);
-                let i = _mm256_madd_epi16(_mm256_add_epi16(pe, po), ones);
-                let corr = _mm256_loadu_si256(x.corr.as_ptr().add(g) as *const __m256i);
-                let i = _mm256_add_epi32(i, corr);
-                let xs = _mm256_loadu_ps(x.scale.as_ptr().add(g));
-                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(ws, xs), *a);
+                for r in 0..R {
+                    let pe = _mm256_maddubs_epi16(lo[r], qe);
+                    let po = _mm256_maddubs_epi16(hi[r], qo);
+                    let i = _mm256_madd_epi16(_mm256_add_epi16(pe, po), ones);
+                    let i = _mm256_add_epi32(i, corr);
+                    let s = _mm256_mul_ps(ws[r], xs);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), s, acc[r][t]);
+                }
             }
         }
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = super::avx2::hsum(a);
+        for (o, a) in out.iter_mut().zip(&acc) {
+            for (v, at) in o.iter_mut().zip(a) {
+                *v = super::avx2::hsum(*at);
+            }
         }
     }
-    super::avx512vnni::tail(packed, scales, gs, cols, chunks * 64, x, N, out);
+    for (r, o) in out.iter_mut().enumerate().take(R) {
+        let (p, s) = (&packed[r * prow..(r + 1) * prow], &scales[r * srow..(r + 1) * srow]);
+        tail(p, s, gs, cols, chunks * 64, x, N, o);
+    }
 }

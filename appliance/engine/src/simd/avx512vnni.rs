@@ -12,14 +12,13 @@
 //! per 128-column chunk, so dword lane `L` of `vpdpbusd` sums columns
 //! `8L..8L+7` (block `L / 2`), and `corr` removes the `+12` offset
 //! (`-12 * sum(q)` over the lane's 8 columns, the accumulator's start value).
-//! Per chunk and token: two `vpdpbusd`, a multiply of the block scales, a
-//! convert and one FMA.
+//! The kernels themselves are GEMM tiles (`simd::vnni_tile`, and
+//! `simd::avx2_q8` on AVX2); this module holds what they share: the
+//! activations' form ([`Q8In`]), the table, the SIMD quantizer and the
+//! scalar tail of a partial chunk.
 
-use core::arch::x86_64::*;
-use core::mem::transmute;
-
-use super::avx512::{e4m3x16, lone_chunk_scales, SCALE_IDX};
 use crate::weights::e4m3_to_f32;
+use core::arch::x86_64::*;
 
 /// `2 * E2M1(code) + 12` for the low 4 bits of the index, repeated 4 times.
 pub(super) const E2M1_U8: [u8; 64] = {
@@ -46,87 +45,6 @@ pub(crate) struct Q8In<'a> {
     pub corr: &'a [i32],
     /// Half the block's activation scale, per 8-column group.
     pub scale: &'a [f32],
-}
-
-/// One NVFP4 row (`packed` = cols/2 bytes, `scales` = cols/16) against `N`
-/// tokens of quantized activations; writes `out[..N]`.
-///
-/// # Safety
-/// AVX-512 F/BW/VL, VNNI and VBMI must be available; `packed.len() == cols / 2`,
-/// `scales.len() == cols / 16`, `cols % 16 == 0`; `x.q.len() >= N * cols`,
-/// `x.corr.len()` and `x.scale.len() >= N * cols / 8`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
-pub(crate) unsafe fn nvfp4_row<const N: usize>(
-    packed: &[u8],
-    scales: &[u8],
-    gs: f32,
-    cols: usize,
-    x: Q8In<'_>,
-    out: &mut [f32; crate::kernels::TILE],
-) {
-    let chunks = cols / 128;
-    // SAFETY: chunk c reads packed[64c..+64], scales[8c..+8] (16 per pair),
-    // q[t*cols + 128c..+128] and corr/scale[t*cols/8 + 16c..+16], inside the
-    // slices by the preconditions.
-    unsafe {
-        let idx: [__m512i; 2] = transmute(SCALE_IDX);
-        let gsv = _mm512_set1_ps(gs);
-        // Two sets of accumulators hide the FMA latency for one token; with
-        // more tokens they are independent already and a second set would
-        // only take registers the other tokens' accumulators need.
-        let mut acc = [[_mm512_setzero_ps(); N]; 2];
-        let mut c = 0;
-        while c + 2 <= chunks {
-            let s16 = e4m3x16(scales.as_ptr().add(8 * c), gsv);
-            for (k, ix) in idx.iter().enumerate() {
-                let sv = _mm512_permutexvar_ps(*ix, s16);
-                chunk(packed.as_ptr().add(64 * (c + k)), sv, x, c + k, cols, &mut acc[k]);
-            }
-            c += 2;
-        }
-        if c < chunks {
-            let sv = lone_chunk_scales(&scales[8 * c..8 * c + 8], gs);
-            chunk(packed.as_ptr().add(64 * c), sv, x, c, cols, &mut acc[0]);
-        }
-        for (t, o) in out.iter_mut().enumerate().take(N) {
-            *o = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
-        }
-    }
-    tail(packed, scales, gs, cols, chunks * 128, x, N, out);
-}
-
-/// One 128-column chunk `c` (packed bytes at `p`, weight block scales `sv`
-/// with lane `L` = block `L / 2`) against every token.
-///
-/// # Safety
-/// As [`nvfp4_row`]; 64 bytes at `p`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
-unsafe fn chunk<const N: usize>(
-    p: *const u8,
-    sv: __m512,
-    x: Q8In<'_>,
-    c: usize,
-    cols: usize,
-    acc: &mut [__m512; N],
-) {
-    // SAFETY: loads stay inside the ranges [`nvfp4_row`] guarantees.
-    unsafe {
-        let lut: __m512i = transmute(E2M1_U8);
-        super::prefetch_ahead(p);
-        let d = _mm512_loadu_si512(p as *const __m512i);
-        let lo = _mm512_permutexvar_epi8(d, lut);
-        let hi = _mm512_permutexvar_epi8(_mm512_srli_epi16::<4>(d), lut);
-        for (t, a) in acc.iter_mut().enumerate() {
-            let q = x.q.as_ptr().add(t * cols + 128 * c);
-            let g = t * cols / 8 + 16 * c;
-            let corr = _mm512_loadu_si512(x.corr.as_ptr().add(g) as *const __m512i);
-            let i = _mm512_dpbusd_epi32(corr, lo, _mm512_loadu_si512(q as *const __m512i));
-            let i = _mm512_dpbusd_epi32(i, hi, _mm512_loadu_si512(q.add(64) as *const __m512i));
-            let s = _mm512_mul_ps(sv, _mm512_loadu_ps(x.scale.as_ptr().add(g)));
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), s, *a);
-        }
-    }
 }
 
 /// Quantizes one 16-column block to int8 exactly as `kernels::q8_block`
