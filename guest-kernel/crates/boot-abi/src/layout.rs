@@ -14,7 +14,7 @@
 //! | [`KERNEL_BASE`]..[`KERNEL_LIMIT`] (8..32 MiB) | kernel ELF segments | supervisor RWX |
 //! | [`USER_IMAGE_BASE`]..[`USER_IMAGE_LIMIT`] (32..96 MiB) | user ELF segments, then free RAM | user RWX |
 //! | [`HEAP_BASE`]..low RAM end (at most [`LOW_RAM_LIMIT`] = 3 GiB) | free RAM | user RW, NX |
-//! | [`DEVICE_WINDOW`]..4 GiB | virtio-mmio ([`VIRTIO_MMIO_BASE`]), IOAPIC, LAPIC | user RW, NX, uncached |
+//! | [`DEVICE_WINDOW`]..4 GiB | PCI 32-bit BARs ([`PCI_MMIO32_BASE`]), virtio-mmio ([`VIRTIO_MMIO_BASE`]), PCI ECAM ([`PCI_ECAM_BASE`]), IOAPIC, LAPIC | user RW, NX, uncached |
 //! | [`PACK_BASE`] = 4 GiB.. | preloaded files, each 2 MiB aligned | user **read-only**, NX |
 //! | after the pack | the rest of the guest's RAM, if it exceeds 3 GiB | user RW, NX |
 //!
@@ -118,6 +118,17 @@ pub const VIRTIO_GSI_BASE: u32 = 5;
 /// IOAPIC vector the VMM programs for the first virtio-mmio device's GSI;
 /// device `i` uses `+i`.
 pub const VIRTIO_VECTOR_BASE: u32 = 0x30;
+/// 32-bit memory BARs of PCI functions: the VMM assigns every 32-bit memory
+/// BAR inside `[PCI_MMIO32_BASE, PCI_MMIO32_BASE + PCI_MMIO32_SIZE)`,
+/// naturally aligned, before boot.
+pub const PCI_MMIO32_BASE: u64 = 0xc000_0000;
+/// Size of the 32-bit PCI BAR window (256 MiB).
+pub const PCI_MMIO32_SIZE: u64 = 256 << 20;
+/// The PCI host bridge's ECAM configuration window (bus 0 only): function
+/// `dev.func`'s 4 KiB config space is at [`pci_ecam_offset`]`(dev, func, 0)`.
+pub const PCI_ECAM_BASE: u64 = 0xe000_0000;
+/// Size of the ECAM window: 32 devices x 8 functions x 4 KiB (1 MiB).
+pub const PCI_ECAM_SIZE: u64 = 1 << 20;
 /// The IOAPIC's MMIO page.
 pub const IOAPIC_BASE: u64 = 0xfec0_0000;
 /// The local APIC's MMIO page (xAPIC mode).
@@ -156,6 +167,12 @@ pub const fn pde_address(gpa: u64) -> u64 {
     PD_BASE + (gpa >> 30) * PAGE + ((gpa >> 21) & 511) * 8
 }
 
+/// Offset inside the ECAM window of config register `reg` (0..4096) of PCI
+/// function `dev.func` on bus 0 (`dev` < 32, `func` < 8).
+pub const fn pci_ecam_offset(dev: u8, func: u8, reg: u16) -> u64 {
+    ((dev as u64 & 31) << 15) | ((func as u64 & 7) << 12) | (reg as u64 & 0xfff)
+}
+
 /// Rounds `x` up to a multiple of [`HUGE_PAGE`] (saturating).
 pub const fn align_up_huge(x: u64) -> u64 {
     match x.checked_add(HUGE_PAGE - 1) {
@@ -185,4 +202,7 @@ pub mod pte {
 const _: () = assert!(CPU_PAGES + MAX_VCPUS as u64 * PAGE <= PD_BASE);
 const _: () = assert!(BOOT_INFO + BOOT_INFO_SIZE <= CPU_PAGES);
 const _: () = assert!(BOOT_DATA_END <= KERNEL_BASE);
+const _: () = assert!(DEVICE_WINDOW <= PCI_MMIO32_BASE);
+const _: () = assert!(PCI_MMIO32_BASE + PCI_MMIO32_SIZE <= VIRTIO_MMIO_BASE);
+const _: () = assert!(PCI_ECAM_BASE + PCI_ECAM_SIZE <= IOAPIC_BASE);
 const _: () = assert!(TSS_OFFSET + TSS_IOMAP_OFFSET + IOMAP_PORTS / 8 < PAGE);

@@ -101,7 +101,7 @@ pub enum MemKind {
     UserImage = 4,
     /// Preloaded files (the model pack); mapped read-only for ring 3.
     Preloaded = 5,
-    /// Device MMIO window (virtio-mmio, IOAPIC, LAPIC): not RAM.
+    /// Device MMIO window (PCI, virtio-mmio, IOAPIC, LAPIC): not RAM.
     Device = 6,
 }
 
@@ -171,6 +171,12 @@ impl PreloadedFile {
 pub enum DeviceKind {
     /// virtio-mmio (version 2) transport carrying a virtio-vsock device.
     VirtioVsock = 1,
+    /// A PCI host bridge (bus 0): `mmio_base`/`mmio_size` = the ECAM window
+    /// ([`layout::PCI_ECAM_BASE`], [`layout::PCI_ECAM_SIZE`]), `arg0` = the
+    /// 32-bit BAR window base ([`layout::PCI_MMIO32_BASE`]), `gsi` and
+    /// `vector` 0 (functions interrupt by MSI-X only). The VMM assigned every
+    /// BAR before boot and left each function's command register 0.
+    PciHostBridge = 2,
 }
 
 /// A device the VMM attached.
@@ -191,7 +197,8 @@ pub struct Device {
     pub vector: u32,
     /// Reserved, zero.
     pub reserved: u32,
-    /// Device-specific: for [`DeviceKind::VirtioVsock`], the guest's CID.
+    /// Device-specific: for [`DeviceKind::VirtioVsock`], the guest's CID;
+    /// for [`DeviceKind::PciHostBridge`], the 32-bit BAR window base.
     pub arg0: u64,
 }
 
