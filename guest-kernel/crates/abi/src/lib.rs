@@ -26,9 +26,44 @@ pub mod call {
     /// `wait()`: halts this vCPU until any interrupt (a device IRQ or a wake IPI) arrives,
     /// then returns 0. An interrupt that arrived since the last wait returns at once.
     pub const WAIT: u64 = 2;
+    /// `map_bar(function, bar)`: maps memory BAR `bar` (`rsi`, 0..6) of the PCI function at
+    /// ECAM offset `function` (`rdi`, `dev << 15 | func << 12`) for ring 3, 4 KiB pages,
+    /// uncached (PCD|PWT), no-execute. Only BARs inside [`layout::PCI_MMIO32_BASE`]'s window
+    /// are mapped, and only their pages. Returns the BAR's address in `rax` and its size in
+    /// `rdx`, or a [`map_bar`] error code in `rax`.
+    pub const MAP_BAR: u64 = 3;
     /// Returned in `rax` for an unknown call number.
     pub const BAD_CALL: u64 = u64::MAX;
 }
+
+/// Error codes of [`call::MAP_BAR`] (in `rax`; never a valid BAR address).
+pub mod map_bar {
+    /// The boot info has no PCI host bridge at the layout's ECAM window.
+    pub const NO_BRIDGE: u64 = u64::MAX - 1;
+    /// The function offset or BAR index is out of range, or no function is there.
+    pub const NO_FUNCTION: u64 = u64::MAX - 2;
+    /// The slot holds no memory BAR (unimplemented, I/O, or a 64-bit BAR's upper half).
+    pub const NO_BAR: u64 = u64::MAX - 3;
+    /// The BAR is not inside the 32-bit PCI BAR window.
+    pub const OUTSIDE_WINDOW: u64 = u64::MAX - 4;
+    /// The kernel's page tables for BAR mappings are used up.
+    pub const NO_PAGE_TABLES: u64 = u64::MAX - 5;
+    /// Whether `rax` is one of these codes (or [`super::call::BAD_CALL`]).
+    pub const fn is_error(rax: u64) -> bool {
+        rax >= NO_PAGE_TABLES
+    }
+}
+
+/// First interrupt vector the kernel gives PCI functions' MSI-X messages, when the boot
+/// info has a PCI host bridge. Vectors `MSIX_VECTOR_BASE..+MSIX_VECTORS` take the same path
+/// as every device interrupt: they end a [`call::WAIT`] (or make the next one return at once).
+pub const MSIX_VECTOR_BASE: u8 = 0x40;
+/// Number of MSI-X vectors with a kernel gate.
+pub const MSIX_VECTORS: u8 = 16;
+const _: () = assert!(
+    MSIX_VECTOR_BASE as u32 >= layout::VIRTIO_VECTOR_BASE + kore_boot_abi::MAX_DEVICES as u32
+        && (MSIX_VECTOR_BASE + MSIX_VECTORS) < WAKE_VECTOR
+);
 
 /// Exit statuses written to the debug-exit port.
 pub mod status {

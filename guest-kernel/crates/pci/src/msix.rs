@@ -4,12 +4,21 @@
 //! control (bit 0 = masked). On x86 the address is `0xFEE0_0000 | apic_id << 12` and the
 //! data is the vector. The table lives in a BAR, reached through [`Mmio`].
 
-/// Register access to a memory BAR (32-bit, 4-byte aligned offsets).
+/// Register access to a memory BAR (naturally aligned offsets).
 pub trait Mmio {
     /// Reads a 32-bit register at byte offset `off`.
     fn read32(&self, off: u64) -> u32;
     /// Writes a 32-bit register at byte offset `off`.
     fn write32(&self, off: u64, v: u32);
+    /// Reads a 64-bit register (by default two 32-bit reads, low half first).
+    fn read64(&self, off: u64) -> u64 {
+        self.read32(off) as u64 | (self.read32(off + 4) as u64) << 32
+    }
+    /// Writes a 64-bit register (by default two 32-bit writes, low half first).
+    fn write64(&self, off: u64, v: u64) {
+        self.write32(off, v as u32);
+        self.write32(off + 4, (v >> 32) as u32);
+    }
 }
 
 /// Base of the x86 MSI address range.

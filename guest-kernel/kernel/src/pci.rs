@@ -1,0 +1,153 @@
+//! PCI for ring 3: MSI-X gates and the `MAP_BAR` kernel call.
+//!
+//! Ring 3 owns configuration space (the ECAM window stays user-mapped, like the virtio
+//! registers), but not the 32-bit BAR window: at boot CPU 0 clears the user bit of the
+//! window's 2 MiB pages, and `MAP_BAR` gives ring 3 exactly the 4 KiB pages of one memory
+//! BAR, uncached (PCD|PWT) and no-execute. The kernel reads and sizes the BAR itself
+//! (kore-pci) rather than trusting ring 3's numbers, and maps nothing outside the window, so
+//! a BAR that ring 3 reprogrammed to point at RAM or the kernel is refused. A 2 MiB page
+//! a BAR only partly covers is split into a page table from a small static pool; its other
+//! entries stay not present.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use kore_guest_abi::layout::{self, pte};
+use kore_guest_abi::{map_bar, BootInfo, DeviceKind};
+use kore_pci::{bar, Ecam, Function, Header};
+
+const WINDOW: u64 = layout::PCI_MMIO32_BASE;
+const WINDOW_END: u64 = layout::PCI_MMIO32_BASE + layout::PCI_MMIO32_SIZE;
+/// Page tables for split 2 MiB pages (each BAR region that is not 2 MiB-sized takes one).
+const POOL: usize = 8;
+/// Bits of a user BAR page (leaf PTE) and of a PDE pointing at a page table.
+const LEAF: u64 = pte::PRESENT | pte::WRITABLE | pte::USER | pte::PWT | pte::PCD | pte::NX;
+const TABLE: u64 = pte::PRESENT | pte::WRITABLE | pte::USER;
+const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
+
+#[repr(C, align(4096))]
+struct PageTable([u64; 512]);
+
+struct Pool(UnsafeCell<[PageTable; POOL]>);
+// SAFETY: only `map`, under `LOCK`, touches the tables.
+unsafe impl Sync for Pool {}
+
+static TABLES: Pool = Pool(UnsafeCell::new([const { PageTable([0; 512]) }; POOL]));
+static USED: AtomicUsize = AtomicUsize::new(0);
+static LOCK: AtomicBool = AtomicBool::new(false);
+static BRIDGE: AtomicBool = AtomicBool::new(false);
+
+/// CPU 0 at boot: whether the boot info has the PCI host bridge at the layout's windows. If
+/// so, takes the BAR window away from ring 3 (until `MAP_BAR`).
+pub fn init(info: &BootInfo) -> bool {
+    let found = info.devices().iter().any(|d| {
+        d.kind == DeviceKind::PciHostBridge as u32
+            && d.mmio_base == layout::PCI_ECAM_BASE
+            && d.mmio_size == layout::PCI_ECAM_SIZE
+            && d.arg0 == WINDOW
+    });
+    if found {
+        let mut a = WINDOW;
+        while a < WINDOW_END {
+            let p = layout::pde_address(a) as *mut u64;
+            // SAFETY: the VMM built page directories for the whole device window (boot ABI);
+            // no CPU has touched the BAR window yet, so no TLB holds it.
+            unsafe { p.write_volatile(p.read_volatile() & !pte::USER) };
+            a += layout::HUGE_PAGE;
+        }
+        BRIDGE.store(true, Ordering::Release);
+    }
+    found
+}
+
+/// `rax`:`rdx` of a kernel call.
+#[repr(C)]
+pub struct Ret(u64, u64);
+
+/// The `MAP_BAR` call (from the kernel-call gate, interrupts off).
+pub extern "sysv64" fn map_bar_call(function: u64, index: u64) -> Ret {
+    match map_bar(function, index) {
+        Ok((base, size)) => Ret(base, size),
+        Err(code) => Ret(code, 0),
+    }
+}
+
+fn map_bar(function: u64, index: u64) -> Result<(u64, u64), u64> {
+    if !BRIDGE.load(Ordering::Acquire) {
+        return Err(map_bar::NO_BRIDGE);
+    }
+    let f = Function::from_ecam_offset(function).ok_or(map_bar::NO_FUNCTION)?;
+    // SAFETY: the bridge is at the layout's ECAM window (checked in `init`), mapped uncached.
+    let ecam = unsafe { Ecam::new(layout::PCI_ECAM_BASE as usize) };
+    let hdr = Header::read(&ecam, f).ok_or(map_bar::NO_FUNCTION)?;
+    let b =
+        bar::probe(&ecam, &hdr, index as usize).filter(|b| b.is_memory()).ok_or(map_bar::NO_BAR)?;
+    let end = b.end().ok_or(map_bar::OUTSIDE_WINDOW)?;
+    if b.base < WINDOW || end > WINDOW_END {
+        return Err(map_bar::OUTSIDE_WINDOW);
+    }
+    while LOCK.swap(true, Ordering::Acquire) {
+        core::hint::spin_loop();
+    }
+    let r = map(b.base & !(layout::PAGE - 1), end.next_multiple_of(layout::PAGE));
+    LOCK.store(false, Ordering::Release);
+    r.map(|()| (b.base, b.size))
+}
+
+/// Maps `[start, end)` (page aligned, inside the window) for ring 3.
+fn map(start: u64, end: u64) -> Result<(), u64> {
+    let mut a = start;
+    while a < end {
+        let pde = layout::pde_address(a) as *mut u64;
+        // SAFETY: the window's PDEs exist (boot ABI); only this function (locked) writes them.
+        let v = unsafe { pde.read_volatile() };
+        let chunk_end = (a | (layout::HUGE_PAGE - 1)) + 1;
+        if v & pte::HUGE != 0 && a.is_multiple_of(layout::HUGE_PAGE) && end >= chunk_end {
+            // The BAR covers this whole 2 MiB page: give it back to ring 3 as it is.
+            // SAFETY: as above; the page is inside the window.
+            unsafe { pde.write_volatile(v | pte::USER) };
+            invlpg(a);
+            a = chunk_end;
+            continue;
+        }
+        let table = if v & pte::HUGE != 0 { split(pde)? } else { own_table(v)? };
+        while a < end.min(chunk_end) {
+            // SAFETY: `table` is one of the pool's tables, now the page table for this chunk.
+            unsafe { (*table).0[((a >> 12) & 511) as usize] = a | LEAF };
+            invlpg(a);
+            a += layout::PAGE;
+        }
+    }
+    Ok(())
+}
+
+/// Replaces a 2 MiB PDE by a fresh (all not-present) page table from the pool.
+fn split(pde: *mut u64) -> Result<*mut PageTable, u64> {
+    let i = USED.load(Ordering::Relaxed);
+    if i == POOL {
+        return Err(map_bar::NO_PAGE_TABLES);
+    }
+    USED.store(i + 1, Ordering::Relaxed);
+    // SAFETY: table `i` is unused (below USED only ever grows under the lock).
+    let table = unsafe { (TABLES.0.get() as *mut PageTable).add(i) };
+    // SAFETY: kernel memory is identity mapped, so the table's address is its physical one.
+    // The caller's invlpg of each page it maps also drops the old 2 MiB TLB entry.
+    unsafe { pde.write_volatile(table as u64 | TABLE) };
+    Ok(table)
+}
+
+/// The pool table a non-huge window PDE points at (anything else is refused).
+fn own_table(pde: u64) -> Result<*mut PageTable, u64> {
+    let first = TABLES.0.get() as u64;
+    let t = pde & ADDR_MASK;
+    let used = USED.load(Ordering::Relaxed) as u64;
+    if pde & pte::PRESENT == 0 || t < first || t >= first + used * layout::PAGE {
+        return Err(map_bar::NO_PAGE_TABLES);
+    }
+    Ok(t as *mut PageTable)
+}
+
+fn invlpg(a: u64) {
+    // SAFETY: invalidating a TLB entry has no other effect.
+    unsafe { core::arch::asm!("invlpg [{}]", in(reg) a, options(nostack, preserves_flags)) };
+}
