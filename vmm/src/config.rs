@@ -73,6 +73,9 @@ pub struct VmConfig {
     pub console_lines: usize,
     /// The CPU the guest sees (CPUID bits and XCR0).
     pub guest_cpu: crate::GuestCpu,
+    /// Attach the emulated kore-dma PCI test device (feature `test-devices`).
+    #[cfg(feature = "test-devices")]
+    pub pci_test_device: bool,
 }
 
 impl VmConfig {
@@ -90,6 +93,8 @@ impl VmConfig {
             cmdline: String::new(),
             console_lines: 200,
             guest_cpu: crate::GuestCpu::Host,
+            #[cfg(feature = "test-devices")]
+            pci_test_device: false,
         }
     }
 
@@ -132,6 +137,13 @@ impl VmConfig {
     /// Attaches a vsock device whose host side is the Unix socket `path`.
     pub fn vsock_uds(mut self, path: impl AsRef<Path>) -> Self {
         self.vsock_uds = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Attaches the emulated kore-dma PCI test device (feature `test-devices`).
+    #[cfg(feature = "test-devices")]
+    pub fn pci_test_device(mut self, on: bool) -> Self {
+        self.pci_test_device = on;
         self
     }
 

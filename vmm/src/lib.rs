@@ -29,6 +29,7 @@ pub mod cpu_level;
 pub mod devices;
 pub mod loader;
 pub mod memory;
+pub mod pci;
 pub mod preload;
 pub mod running;
 pub mod signals;

@@ -129,7 +129,7 @@ impl Vm {
         }
 
         let console = Arc::new(Mutex::new(ConsoleLog::new(config.console_lines)));
-        let devices = devices::attach(&vm, &mem, &config, console.clone())?;
+        let devices = devices::attach(&vm, &mem, &plan, &config, console.clone())?;
 
         let vcpu0 = vm.create_vcpu(0).map_err(kvm_err("CREATE_VCPU"))?;
         let tsc_khz = vcpu0.get_tsc_khz().unwrap_or(0) as u64;

@@ -1,10 +1,11 @@
 //! Emulated devices and the buses they sit on: the serial console on the
 //! port-I/O bus, the virtio-mmio transport and the virtio-vsock device on the
-//! MMIO bus. [`attach`] builds them for a VM and returns typed handles
+//! MMIO bus, and the PCI host bridge ([`pci`]). [`attach`] builds them for a VM and returns typed handles
 //! ([`Devices`]); the VM core keeps only the lifecycle ports of
 //! [`kore_boot_abi::ports`] (debug exit, markers, AP release) for itself.
 
 pub mod bus;
+pub mod pci;
 pub mod serial;
 pub mod virtio;
 
@@ -20,6 +21,7 @@ use self::serial::{ConsoleLog, IrqTrigger, SerialDevice, Sink};
 use self::virtio::mmio::{self, MmioTransport};
 use self::virtio::vsock::{self, VsockError, VsockHandle};
 use crate::config::VmConfig;
+use crate::memory::RamPlan;
 
 /// Errors creating a device.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +48,15 @@ pub enum DeviceError {
     /// The vsock device.
     #[error(transparent)]
     Vsock(#[from] VsockError),
+    /// A PCI function's config space.
+    #[error("PCI: {0}")]
+    PciConfig(#[from] crate::pci::config::ConfigError),
+    /// The PCI bus or its BAR windows.
+    #[error("PCI: {0}")]
+    PciHost(#[from] crate::pci::host::HostError),
+    /// MSI-X delivery.
+    #[error("PCI MSI-X: {0}")]
+    PciIrq(#[from] crate::pci::irq::IrqError),
 }
 
 /// The devices of one VM, by kind.
@@ -68,11 +79,13 @@ fn kvm(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> DeviceError {
     move |source| DeviceError::Kvm { what, source }
 }
 
-/// Creates the serial console (COM1, its GSI driven through an irqfd) and,
-/// if [`VmConfig::vsock_uds`] is set, the vsock device at virtio-mmio slot 0.
+/// Creates the serial console (COM1, its GSI driven through an irqfd),
+/// the vsock device at virtio-mmio slot 0 if [`VmConfig::vsock_uds`] is set,
+/// and the PCI host bridge if any PCI function is configured.
 pub fn attach(
-    vm: &VmFd,
+    vm: &Arc<VmFd>,
     mem: &GuestMemoryMmap,
+    plan: &RamPlan,
     config: &VmConfig,
     console: Arc<Mutex<ConsoleLog>>,
 ) -> Result<Devices, DeviceError> {
@@ -85,6 +98,7 @@ pub fn attach(
     if config.vsock_uds.is_some() {
         attach_vsock(vm, mem, config, &mut devices)?;
     }
+    pci::attach_pci(vm, mem, plan, config, &mut devices)?;
     Ok(devices)
 }
 
