@@ -1,5 +1,5 @@
 //! `test=pci-dma [copies=N] [seed=S]`: N (default 1,000) DMA copies by kore-dma of random
-//! sizes (1 B .. 2 MiB) at random offsets between two heap buffers (guest RAM, hugepage
+//! sizes (1 B .. 2 MiB, spread over every power-of-two scale) at random offsets between two heap buffers (guest RAM, hugepage
 //! backed by the VMM), each completion waited for as its MSI-X interrupt (`kcall::wait`),
 //! every destination byte and the bytes around it verified. Then an overlapping copy
 //! (memmove semantics) and a masked vector (PBA bit set, delivered on unmask).
@@ -27,7 +27,7 @@ pub fn run(copies: u32, seed: u64) -> Result<(), String> {
     let (mut bytes, mut waits, mut min, mut max) = (0u64, 0u64, u64::MAX, 0u64);
     let t0 = clock::ticks();
     for i in 0..copies {
-        let len = 1 + rng.below(MAX_LEN);
+        let len = copy_len(i, &mut rng);
         let so = rng.below(BUF as u64 - len + 1) as usize;
         let d_off = rng.below(BUF as u64 - len + 1) as usize;
         let n = len as usize;
@@ -58,6 +58,19 @@ pub fn run(copies: u32, seed: u64) -> Result<(), String> {
     );
     overlap(&dev, &mut src)?;
     masked_vector(&dev, &src, &mut dst)
+}
+
+/// The first copy is 1 byte, the second 2 MiB; the others have a random power-of-two scale
+/// (1 B .. 2 MiB) and a random length within it, so small and large copies are both common.
+fn copy_len(i: u32, rng: &mut Rng) -> u64 {
+    match i {
+        0 => 1,
+        1 => MAX_LEN,
+        _ => {
+            let scale = 1u64 << rng.below(MAX_LEN.trailing_zeros() as u64 + 1);
+            1 + rng.below(scale)
+        }
+    }
 }
 
 /// One copy whose source and destination overlap: the device must copy as memmove.
