@@ -14,6 +14,7 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use kore_guest_abi::layout::{self, pte};
 use kore_guest_abi::{map_bar, BootInfo, DeviceKind};
+use kore_pci::pages::{self, Chunk};
 use kore_pci::{bar, Ecam, Function, Header};
 
 const WINDOW: u64 = layout::PCI_MMIO32_BASE;
@@ -82,41 +83,44 @@ fn map_bar(function: u64, index: u64) -> Result<(u64, u64), u64> {
     let hdr = Header::read(&ecam, f).ok_or(map_bar::NO_FUNCTION)?;
     let b =
         bar::probe(&ecam, &hdr, index as usize).filter(|b| b.is_memory()).ok_or(map_bar::NO_BAR)?;
-    let end = b.end().ok_or(map_bar::OUTSIDE_WINDOW)?;
-    if b.base < WINDOW || end > WINDOW_END {
+    let (start, end) = pages::page_range(b.base, b.size).ok_or(map_bar::OUTSIDE_WINDOW)?;
+    if start < WINDOW || end > WINDOW_END {
         return Err(map_bar::OUTSIDE_WINDOW);
     }
     while LOCK.swap(true, Ordering::Acquire) {
         core::hint::spin_loop();
     }
-    let r = map(b.base & !(layout::PAGE - 1), end.next_multiple_of(layout::PAGE));
+    let r = pages::chunks(start, end).try_for_each(map_chunk);
     LOCK.store(false, Ordering::Release);
     r.map(|()| (b.base, b.size))
 }
 
-/// Maps `[start, end)` (page aligned, inside the window) for ring 3.
-fn map(start: u64, end: u64) -> Result<(), u64> {
+/// Maps one piece of a BAR (inside the window) for ring 3: a whole 2 MiB page still mapped
+/// huge gets its user bit back; anything else gets 4 KiB entries in a pool page table.
+fn map_chunk(c: Chunk) -> Result<(), u64> {
+    let (start, end) = match c {
+        Chunk::Whole(a) => (a, a + layout::HUGE_PAGE),
+        Chunk::Pages { start, end } => (start, end),
+    };
+    let pde = layout::pde_address(start) as *mut u64;
+    // SAFETY: the window's PDEs exist (boot ABI); only this module (locked) writes them.
+    let v = unsafe { pde.read_volatile() };
+    let table = match (c, v & pte::HUGE != 0) {
+        (Chunk::Whole(_), true) => {
+            // SAFETY: as above; the 2 MiB page is inside the window and wholly this BAR's.
+            unsafe { pde.write_volatile(v | pte::USER) };
+            invlpg(start);
+            return Ok(());
+        }
+        (_, true) => split(pde)?,
+        (_, false) => own_table(v)?,
+    };
     let mut a = start;
     while a < end {
-        let pde = layout::pde_address(a) as *mut u64;
-        // SAFETY: the window's PDEs exist (boot ABI); only this function (locked) writes them.
-        let v = unsafe { pde.read_volatile() };
-        let chunk_end = (a | (layout::HUGE_PAGE - 1)) + 1;
-        if v & pte::HUGE != 0 && a.is_multiple_of(layout::HUGE_PAGE) && end >= chunk_end {
-            // The BAR covers this whole 2 MiB page: give it back to ring 3 as it is.
-            // SAFETY: as above; the page is inside the window.
-            unsafe { pde.write_volatile(v | pte::USER) };
-            invlpg(a);
-            a = chunk_end;
-            continue;
-        }
-        let table = if v & pte::HUGE != 0 { split(pde)? } else { own_table(v)? };
-        while a < end.min(chunk_end) {
-            // SAFETY: `table` is one of the pool's tables, now the page table for this chunk.
-            unsafe { (*table).0[((a >> 12) & 511) as usize] = a | LEAF };
-            invlpg(a);
-            a += layout::PAGE;
-        }
+        // SAFETY: `table` is one of the pool's tables, the page table for this 2 MiB page.
+        unsafe { (*table).0[((a >> 12) & 511) as usize] = a | LEAF };
+        invlpg(a);
+        a += layout::PAGE;
     }
     Ok(())
 }

@@ -8,6 +8,7 @@
 //!   with decoding switched off meanwhile.
 //! * [`cap`]: the capability list (bounded walk, so a malformed list cannot loop) and the
 //!   MSI-X capability; [`msix`]: its table entries, function mask and enable.
+//! * [`pages`]: a BAR's pages split at 2 MiB boundaries (what a kernel maps for a driver).
 //!
 //! Everything reads through the traits, so the host tests run it against a fake
 //! configuration space and a fake MSI-X table.
@@ -16,6 +17,7 @@
 pub mod bar;
 pub mod cap;
 pub mod msix;
+pub mod pages;
 
 #[cfg(test)]
 mod tests;

@@ -280,3 +280,32 @@ fn msix_entries_are_masked_while_they_change() {
     assert!(msix::pending(&&bar, 0x800, 35));
     assert!(!msix::pending(&&bar, 0x800, 34));
 }
+
+#[test]
+fn bar_pages_split_at_2mib_boundaries() {
+    use crate::pages::{chunks, page_range, Chunk, HUGE};
+    let mib = 1 << 20;
+    assert_eq!(page_range(0xc000_0010, 0x100), Some((0xc000_0000, 0xc000_1000)));
+    assert_eq!(page_range(0xc000_0000, 0), None);
+    assert_eq!(page_range(u64::MAX - 10, 100), None);
+    let all = |s, e| chunks(s, e).collect::<Vec<_>>();
+    // Two 4 KiB BARs in one 2 MiB page.
+    let base = 0xc000_0000u64;
+    assert_eq!(all(base, base + 8192), [Chunk::Pages { start: base, end: base + 8192 }]);
+    // A 4 MiB BAR, 2 MiB aligned: two whole pages.
+    assert_eq!(all(base, base + 4 * mib), [Chunk::Whole(base), Chunk::Whole(base + HUGE)]);
+    // 1..4 MiB: the second half of one 2 MiB page, then a whole one.
+    assert_eq!(
+        all(base + mib, base + 4 * mib),
+        [Chunk::Pages { start: base + mib, end: base + HUGE }, Chunk::Whole(base + HUGE)]
+    );
+    // Crossing a boundary with partial pages on both sides.
+    assert_eq!(
+        all(base + HUGE - 4096, base + HUGE + 4096),
+        [
+            Chunk::Pages { start: base + HUGE - 4096, end: base + HUGE },
+            Chunk::Pages { start: base + HUGE, end: base + HUGE + 4096 }
+        ]
+    );
+    assert!(all(base, base).is_empty());
+}
