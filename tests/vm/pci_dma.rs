@@ -92,6 +92,19 @@ fn ring3_cannot_touch_the_bar_window_outside_its_bars() {
 }
 
 #[test]
+fn the_appliance_lists_the_pci_functions_it_was_given() {
+    let img = kore_e2e::boot::appliance_images().unwrap();
+    let pack = kore_e2e::tiny_pack();
+    let mut cfg = config(&img, 1, "selftest=1").pci_test_device(true);
+    for f in ["pack.toml", "weights.safetensors", "tokenizer.json"] {
+        cfg = cfg.preload(pack.join(f));
+    }
+    let o = boot(cfg, TIMEOUT).unwrap();
+    assert_eq!(o.status, 0, "{}", show(&o));
+    assert!(o.said("kore-appliance: pci 00.0 1234:4b44 rev 1 class ff0000"), "{}", show(&o));
+}
+
+#[test]
 fn without_the_device_the_pci_mode_says_so() {
     let img = images().unwrap();
     let o = boot(config(&img, 1, "test=pci-dma"), TIMEOUT).unwrap();

@@ -6,7 +6,7 @@
 //! `MSIX_VECTOR_BASE..+MSIX_VECTORS`, whose interrupts end a [`crate::kcall::wait`].
 
 pub use kore_pci::msix::Mmio;
-pub use kore_pci::{bar, cap, command, msix, Ecam, Function, Header};
+pub use kore_pci::{bar, cap, command, enumerate, find, msix, Ecam, Function, Header};
 
 pub use crate::kcall::MapBarError;
 use kore_guest_abi::{layout, DeviceKind, MSIX_VECTORS, MSIX_VECTOR_BASE};
@@ -18,6 +18,24 @@ pub fn config() -> Option<Ecam> {
     })?;
     // SAFETY: the ECAM window is in the device window, mapped uncached for ring 3 (boot ABI).
     Some(unsafe { Ecam::new(bridge.mmio_base as usize) })
+}
+
+/// Prints one console line per function on bus 0 (`<tag>: pci DD.F VVVV:DDDD rev R class
+/// CCCCCC`); nothing without a host bridge.
+pub fn list(tag: &str) {
+    let Some(cfg) = config() else { return };
+    for h in enumerate(&cfg) {
+        let f = h.function;
+        crate::println!(
+            "{tag}: pci {:02x}.{} {:04x}:{:04x} rev {} class {:06x}",
+            f.dev(),
+            f.func(),
+            h.vendor,
+            h.device,
+            h.revision,
+            h.class
+        );
+    }
 }
 
 /// The interrupt vector for MSI-X message `i` (< `MSIX_VECTORS`), or `None`.
@@ -32,7 +50,8 @@ pub struct BarRegs {
     size: u64,
 }
 
-/// Maps memory BAR `index` of `f` (see [`crate::kcall::map_bar`]).
+/// Maps memory BAR `index` of `f` (see [`crate::kcall::map_bar`]). Call it while setting the
+/// device up: the kernel sizes the BAR, switching the function's decoding off for a moment.
 pub fn map_bar(f: Function, index: u8) -> Result<BarRegs, MapBarError> {
     let (base, size) = crate::kcall::map_bar(f.ecam_offset(), index)?;
     Ok(BarRegs { base, size })

@@ -52,18 +52,7 @@ impl Rng {
 /// Finds kore-dma and sets it up; lists bus 0 on the console.
 pub fn open() -> Result<Dev, String> {
     let cfg = pci::config().ok_or("no PCI host bridge in the boot info")?;
-    for h in kore_pci::enumerate(&cfg) {
-        let f = h.function;
-        println!(
-            "kore-test-image: pci {:02x}.{} {:04x}:{:04x} rev {} class {:06x}",
-            f.dev(),
-            f.func(),
-            h.vendor,
-            h.device,
-            h.revision,
-            h.class
-        );
-    }
+    pci::list("kore-test-image");
     let hdr = kore_pci::find(&cfg, kore_kdma::VENDOR_ID, kore_kdma::DEVICE_ID)
         .ok_or("no kore-dma (1234:4b44) on bus 0")?;
     for b in bar::probe_all(&cfg, &hdr).iter().flatten() {
