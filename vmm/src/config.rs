@@ -76,6 +76,9 @@ pub struct VmConfig {
     /// Attach the emulated kore-dma PCI test device (feature `test-devices`).
     #[cfg(feature = "test-devices")]
     pub pci_test_device: bool,
+    /// A host PCI function (`DDDD:BB:DD.F`, bound to vfio-pci) to pass
+    /// through with VFIO.
+    pub vf: Option<String>,
 }
 
 impl VmConfig {
@@ -95,6 +98,7 @@ impl VmConfig {
             guest_cpu: crate::GuestCpu::Host,
             #[cfg(feature = "test-devices")]
             pci_test_device: false,
+            vf: None,
         }
     }
 
@@ -144,6 +148,13 @@ impl VmConfig {
     #[cfg(feature = "test-devices")]
     pub fn pci_test_device(mut self, on: bool) -> Self {
         self.pci_test_device = on;
+        self
+    }
+
+    /// Passes the host PCI function `addr` (e.g. `0000:3b:00.2`, bound to
+    /// vfio-pci) through to the guest.
+    pub fn vf(mut self, addr: impl Into<String>) -> Self {
+        self.vf = Some(addr.into());
         self
     }
 

@@ -93,6 +93,11 @@ impl Vm {
                 config.vcpus
             )));
         }
+        if let Some(vf) = &config.vf {
+            // Before any memory is reserved: a missing piece fails fast, leaving nothing behind.
+            crate::pci::vfio::preflight(std::path::Path::new("/"), vf)
+                .map_err(|e| VmError::Device(e.into()))?;
+        }
         let (slots, pack_bytes) = preload::plan(&config.preload)?;
         let plan = RamPlan::new(config.memory_bytes, pack_bytes, config.hugepages.bytes())?;
         let ram = GuestRam::new(plan.clone(), config.hugepages)?;

@@ -57,6 +57,9 @@ pub enum DeviceError {
     /// MSI-X delivery.
     #[error("PCI MSI-X: {0}")]
     PciIrq(#[from] crate::pci::irq::IrqError),
+    /// VFIO passthrough (the message names what is missing).
+    #[error(transparent)]
+    Vfio(#[from] crate::pci::vfio::VfioError),
 }
 
 /// The devices of one VM, by kind.

@@ -1,6 +1,7 @@
 //! The PCI host bridge of a VM: the ECAM window and the BAR windows on the
 //! MMIO bus, the functions behind them (the kore-dma test device when asked
-//! for), their MSI-X through KVM, and the boot-info entry that describes it.
+//! for, a VFIO passthrough function when [`VmConfig::vf`] is set), their
+//! MSI-X through KVM, and the boot-info entry that describes it.
 //! A VM without PCI functions gets no bridge at all.
 
 use std::ops::Range;
@@ -29,23 +30,71 @@ pub fn dma_ranges(plan: &RamPlan) -> (Vec<Range<u64>>, Vec<Range<u64>>) {
     (readable, writable)
 }
 
+/// The 64-bit BAR window: from the first GiB boundary at or above the end
+/// of guest RAM (and 4 GiB), 64 GiB, capped at the highest address the
+/// guest's page-directory area covers (`MAX_PD` GiB).
+pub fn mmio64_window(plan: &RamPlan) -> (u64, u64) {
+    let base = plan.end().max(layout::DEVICE_WINDOW_END).next_multiple_of(layout::GIB);
+    let top = (layout::MAX_PD * layout::GIB).min(base + 64 * layout::GIB);
+    (base, top.saturating_sub(base))
+}
+
 /// The functions this VM's configuration asks for, with BARs placed.
 fn functions(
-    _vm: &Arc<VmFd>,
-    _mem: &GuestMemoryMmap,
-    _plan: &RamPlan,
-    _config: &VmConfig,
-    _router: &Arc<GsiRouter>,
-    _bars32: &mut BarAllocator,
+    vm: &Arc<VmFd>,
+    mem: &GuestMemoryMmap,
+    plan: &RamPlan,
+    config: &VmConfig,
+    router: &Arc<GsiRouter>,
+    bars32: &mut BarAllocator,
 ) -> Result<Vec<Arc<Mutex<dyn PciDevice>>>, DeviceError> {
-    #[allow(unused_mut)]
     let mut fns: Vec<Arc<Mutex<dyn PciDevice>>> = Vec::new();
     #[cfg(feature = "test-devices")]
-    if _config.pci_test_device {
-        fns.push(kore_dma(_mem, _plan, _router, _bars32)?);
+    if config.pci_test_device {
+        fns.push(kore_dma(mem, plan, router, bars32)?);
+    }
+    if let Some(addr) = &config.vf {
+        fns.push(vfio_function(vm, mem, plan, addr, router, bars32)?);
     }
     Ok(fns)
 }
+
+/// Opens the VF and presents it (checks first, so a missing piece is named).
+fn vfio_function(
+    vm: &Arc<VmFd>,
+    mem: &GuestMemoryMmap,
+    plan: &RamPlan,
+    addr: &str,
+    router: &Arc<GsiRouter>,
+    bars32: &mut BarAllocator,
+) -> Result<Arc<Mutex<dyn PciDevice>>, DeviceError> {
+    use crate::pci::irq::KvmMsiSink;
+    use crate::pci::msix::Msix;
+    use crate::pci::vfio::host::{HostVfio, KvmSlots};
+    use crate::pci::vfio::passthrough::{VfioPci, Wiring};
+    use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+    let (path, group) = crate::pci::vfio::preflight(std::path::Path::new("/"), addr)?;
+    let layer = HostVfio::open(vm, addr, &path, group)?;
+    let ram: Vec<(u64, u64, u64)> =
+        mem.iter().map(|r| (r.start_addr().0, r.len(), r.as_ptr() as u64)).collect();
+    let (base64, size64) = mmio64_window(plan);
+    let mut bars64 = BarAllocator::new("64-bit", base64, size64);
+    let mut msix = |n: u16| -> Result<(Msix, Vec<_>), String> {
+        let sink = KvmMsiSink::new(router.clone(), n).map_err(|e| e.to_string())?;
+        let (sink, fds) = sink.into_passthrough().map_err(|e| e.to_string())?;
+        Ok((Msix::new(n, Box::new(sink)), fds))
+    };
+    let w = Wiring { ram: &ram, bars32, bars64: &mut bars64, msix: &mut msix };
+    let slots = Box::new(KvmSlots::new(vm.clone(), VFIO_FIRST_SLOT));
+    let dev = VfioPci::open(addr, Box::new(layer), slots, w)?;
+    for b in dev.bars() {
+        tracing::info!("VF {addr}: BAR{} at {:#x} ({:#x} bytes)", b.index, b.addr, b.size);
+    }
+    Ok(Arc::new(Mutex::new(dev)))
+}
+
+/// First KVM memory slot for passed-through BARs (guest RAM uses 0 and 1).
+const VFIO_FIRST_SLOT: u32 = 16;
 
 #[cfg(feature = "test-devices")]
 fn kore_dma(
@@ -90,12 +139,17 @@ pub fn attach_pci(
         layout::PCI_ECAM_BASE,
         layout::PCI_ECAM_SIZE,
     )?;
-    let window = BarWindow { root, base: layout::PCI_MMIO32_BASE };
+    let window = BarWindow { root: root.clone(), base: layout::PCI_MMIO32_BASE };
     devices.mmio.insert(
         Arc::new(Mutex::new(window)),
         layout::PCI_MMIO32_BASE,
         layout::PCI_MMIO32_SIZE,
     )?;
+    let (base64, size64) = mmio64_window(plan);
+    if config.vf.is_some() && size64 > 0 {
+        let window = BarWindow { root, base: base64 };
+        devices.mmio.insert(Arc::new(Mutex::new(window)), base64, size64)?;
+    }
     devices.boot.push(Device {
         kind: DeviceKind::PciHostBridge as u32,
         gsi: 0,
@@ -122,5 +176,18 @@ mod tests {
         let plan = RamPlan::new(4 << 30, 6 << 20, 2 << 20).unwrap();
         let (_, w) = dma_ranges(&plan);
         assert_eq!(w[1].start, pack + (6 << 20), "RAM after the pack is writable");
+    }
+
+    #[test]
+    fn mmio64_window_sits_above_ram() {
+        let gib = layout::GIB;
+        let small = RamPlan::new(256 << 20, 0, 2 << 20).unwrap();
+        assert_eq!(mmio64_window(&small), (4 * gib, 64 * gib));
+        let big = RamPlan::new(8 * gib, 20 * gib + 4096, 2 << 20).unwrap();
+        let (base, size) = mmio64_window(&big);
+        assert!(base >= big.end() && base % gib == 0 && size == 64 * gib);
+        let huge = RamPlan::new(200 * gib, 0, 2 << 20).unwrap();
+        let (base, size) = mmio64_window(&huge);
+        assert_eq!(base + size, layout::MAX_PD * gib, "capped at what page tables reach");
     }
 }

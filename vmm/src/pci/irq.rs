@@ -131,12 +131,13 @@ pub fn routing_entries(msi: &BTreeMap<u32, MsiMessage>) -> Vec<kvm_irq_routing_e
 pub struct KvmMsiSink {
     router: Arc<GsiRouter>,
     vectors: Vec<(u32, EventFd)>,
+    passthrough: bool,
 }
 
 impl KvmMsiSink {
     /// Allocates `n` GSIs and registers an irqfd for each.
     pub fn new(router: Arc<GsiRouter>, n: u16) -> Result<Self, IrqError> {
-        let mut sink = Self { router, vectors: Vec::new() };
+        let mut sink = Self { router, vectors: Vec::new(), passthrough: false };
         for _ in 0..n {
             let gsi = sink.router.alloc()?;
             let fd = EventFd::new(libc::EFD_NONBLOCK).map_err(IrqError::EventFd)?;
@@ -146,9 +147,22 @@ impl KvmMsiSink {
         Ok(sink)
     }
 
-    /// The irqfd of vector `v` (what a VFIO device signals directly).
+    /// The irqfd of vector `v`.
     pub fn eventfd(&self, v: u16) -> Option<&EventFd> {
         self.vectors.get(usize::from(v)).map(|(_, fd)| fd)
+    }
+
+    /// For a passthrough function, whose device signals the irqfds itself:
+    /// masking a vector detaches its irqfd (the eventfd keeps counting) and
+    /// unmasking attaches it again, which delivers an interrupt that arrived
+    /// meanwhile. Returns the sink and a duplicate of each vector's eventfd.
+    pub fn into_passthrough(mut self) -> Result<(Self, Vec<EventFd>), IrqError> {
+        self.passthrough = true;
+        for v in 0..self.vectors.len() as u16 {
+            self.hold(v, true); // every entry is masked after reset
+        }
+        let fds = self.vectors.iter().map(|(_, fd)| fd.try_clone()).collect::<Result<_, _>>();
+        Ok((self, fds.map_err(IrqError::EventFd)?))
     }
 }
 
@@ -160,11 +174,28 @@ impl MsiSink for KvmMsiSink {
         }
     }
 
+    fn mask(&mut self, vector: u16, masked: bool) {
+        if self.passthrough {
+            self.hold(vector, masked);
+        }
+    }
+
     fn fire(&mut self, vector: u16) {
         if let Some((_, fd)) = self.vectors.get(usize::from(vector)) {
             if let Err(e) = fd.write(1) {
                 tracing::warn!("MSI-X vector {vector}: irqfd write failed: {e}");
             }
+        }
+    }
+}
+
+impl KvmMsiSink {
+    fn hold(&mut self, vector: u16, masked: bool) {
+        let Some((gsi, fd)) = self.vectors.get(usize::from(vector)) else { return };
+        if masked {
+            self.router.unregister_irqfd(fd, *gsi);
+        } else if let Err(e) = self.router.register_irqfd(fd, *gsi) {
+            tracing::warn!("MSI-X vector {vector}: irqfd re-attach failed: {e}");
         }
     }
 }

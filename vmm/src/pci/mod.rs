@@ -13,6 +13,7 @@ pub mod irq;
 #[cfg(feature = "test-devices")]
 pub mod kore_dma;
 pub mod msix;
+pub mod vfio;
 
 /// A PCI function behind the host bridge.
 pub trait PciDevice: Send {

@@ -39,6 +39,10 @@ pub trait MsiSink: Send {
     fn route(&mut self, vector: u16, msg: Option<MsiMessage>);
     /// Sends vector `vector` (its route is current and valid).
     fn fire(&mut self, vector: u16);
+    /// Vector `vector` became masked (`true`) or unmasked. Emulated
+    /// functions ignore it ([`Msix`] pends for them); passthrough functions,
+    /// whose interrupts bypass [`Msix::trigger`], hold their irqfd here.
+    fn mask(&mut self, _vector: u16, _masked: bool) {}
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -110,6 +114,11 @@ impl Msix {
         self.pba.len() as u64 * 8
     }
 
+    /// Message Control's Enable and Function Mask bits.
+    pub fn control(&self) -> u16 {
+        self.control
+    }
+
     /// Whether MSI-X is enabled.
     pub fn enabled(&self) -> bool {
         self.control & CTL_ENABLE != 0
@@ -122,7 +131,13 @@ impl Msix {
             return;
         }
         let was_enabled = self.enabled();
+        let before: Vec<bool> = (0..self.vectors()).map(|v| self.masked(v)).collect();
         self.control = control;
+        for (v, was) in (0..self.vectors()).zip(before) {
+            if self.masked(v) != was {
+                self.sink.mask(v, !was);
+            }
+        }
         if self.enabled() && !was_enabled {
             for v in 0..self.vectors() {
                 let msg = self.entries[usize::from(v)].message();
@@ -214,6 +229,9 @@ impl Msix {
         }
         let after = self.entries[i];
         let v = i as u16;
+        if (before.ctrl ^ after.ctrl) & ENTRY_MASKED != 0 && self.control & CTL_FUNCTION_MASK == 0 {
+            self.sink.mask(v, after.ctrl & ENTRY_MASKED != 0);
+        }
         if (after.addr_lo, after.addr_hi, after.data)
             != (before.addr_lo, before.addr_hi, before.data)
             && self.enabled()

@@ -8,6 +8,7 @@ use super::*;
 enum Ev {
     Route(u16, Option<MsiMessage>),
     Fire(u16),
+    Mask(u16, bool),
 }
 
 #[derive(Clone, Default)]
@@ -20,11 +21,20 @@ impl MsiSink for Recorder {
     fn fire(&mut self, vector: u16) {
         self.0.lock().unwrap().push(Ev::Fire(vector));
     }
+    fn mask(&mut self, vector: u16, masked: bool) {
+        self.0.lock().unwrap().push(Ev::Mask(vector, masked));
+    }
 }
 
 impl Recorder {
+    /// Routes and fires seen since the last call (mask events dropped).
     fn take(&self) -> Vec<Ev> {
-        std::mem::take(&mut *self.0.lock().unwrap())
+        let all = std::mem::take(&mut *self.0.lock().unwrap());
+        all.into_iter().filter(|e| !matches!(e, Ev::Mask(..))).collect()
+    }
+    fn masks(&self) -> Vec<Ev> {
+        let all = std::mem::take(&mut *self.0.lock().unwrap());
+        all.into_iter().filter(|e| matches!(e, Ev::Mask(..))).collect()
     }
 }
 
@@ -151,4 +161,17 @@ fn garbage_table_is_never_routed_or_fired() {
     m.pba_read(8, &mut d);
     assert_eq!(d, [0; 4]);
     m.trigger(7); // no such vector
+}
+
+#[test]
+fn mask_changes_reach_the_sink() {
+    let (mut m, r) = setup(2);
+    program(&mut m, 0, APIC0, 0x40, false);
+    assert_eq!(r.masks(), vec![Ev::Mask(0, false)], "entry 0 unmasked");
+    m.set_control(CTL_ENABLE | CTL_FUNCTION_MASK);
+    assert_eq!(r.masks(), vec![Ev::Mask(0, true)], "vector 1 was masked already");
+    m.table_write(16 + 12, &0u32.to_le_bytes());
+    assert!(r.masks().is_empty(), "function mask still holds vector 1");
+    m.set_control(CTL_ENABLE);
+    assert_eq!(r.masks(), vec![Ev::Mask(0, false), Ev::Mask(1, false)]);
 }
