@@ -5,9 +5,11 @@
 //! window's 2 MiB pages, and `MAP_BAR` gives ring 3 exactly the 4 KiB pages of one memory
 //! BAR, uncached (PCD|PWT) and no-execute. The kernel reads and sizes the BAR itself
 //! (kore-pci) rather than trusting ring 3's numbers, and maps nothing outside the window, so
-//! a BAR that ring 3 reprogrammed to point at RAM or the kernel is refused. A 2 MiB page
-//! a BAR only partly covers is split into a page table from a small static pool; its other
-//! entries stay not present.
+//! a BAR that ring 3 reprogrammed to point at RAM or the kernel is refused: whatever ring 3
+//! does with configuration space, `MAP_BAR` never gives it RAM it lacked. (Ring 3 can still
+//! move a BAR onto another function's BAR pages and map those; it owns config space anyway.)
+//! A 2 MiB page a BAR only partly covers is split into a page table from a small static
+//! pool; its other entries stay not present. Mappings are never taken back.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -19,7 +21,7 @@ use kore_pci::{bar, Ecam, Function, Header};
 
 const WINDOW: u64 = layout::PCI_MMIO32_BASE;
 const WINDOW_END: u64 = layout::PCI_MMIO32_BASE + layout::PCI_MMIO32_SIZE;
-/// Page tables for split 2 MiB pages (each BAR region that is not 2 MiB-sized takes one).
+/// Page tables for split 2 MiB pages (one per 2 MiB page that BARs cover only in part).
 const POOL: usize = 8;
 /// Bits of a user BAR page (leaf PTE) and of a PDE pointing at a page table.
 const LEAF: u64 = pte::PRESENT | pte::WRITABLE | pte::USER | pte::PWT | pte::PCD | pte::NX;
@@ -30,7 +32,7 @@ const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
 struct PageTable([u64; 512]);
 
 struct Pool(UnsafeCell<[PageTable; POOL]>);
-// SAFETY: only `map`, under `LOCK`, touches the tables.
+// SAFETY: only `map_chunk` and `split`, under `LOCK`, touch the tables.
 unsafe impl Sync for Pool {}
 
 static TABLES: Pool = Pool(UnsafeCell::new([const { PageTable([0; 512]) }; POOL]));
