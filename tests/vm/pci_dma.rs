@@ -50,7 +50,11 @@ fn thousand_dma_copies_each_completed_by_msix_are_verified() {
 
 #[test]
 fn a_misbehaving_guest_sees_errors_and_the_vmm_carries_on() {
-    let o = boot_pci("test=pci-evil");
+    // A preloaded file stands in for the pack: read-only guest memory the device may read.
+    let img = images().unwrap();
+    let file = kore_e2e::tiny_pack().join("pack.toml");
+    let cfg = config(&img, 2, "test=pci-evil").pci_test_device(true).preload(file);
+    let o = boot(cfg, TIMEOUT).unwrap();
     assert_eq!(o.status, 0, "{}", show(&o));
     for line in [
         "config unaligned read 0xffffffff, ids after write 0x4b441234, absent vendor Some(ffff)",
@@ -66,6 +70,8 @@ fn a_misbehaving_guest_sees_errors_and_the_vmm_carries_on() {
         "dma length 0: error BadLength",
         "dma length 64 MiB + 1: error BadLength",
         "dma dst in the ECAM window: error DestinationNotRam",
+        "dma dst in the read-only pack: error DestinationNotRam",
+        "dma src in the pack (data equal): done",
         "dma bus master off: error BusMasterDisabled",
         "msix address outside the APIC window: copy finished=true",
         "msix upper address set: copy finished=true",

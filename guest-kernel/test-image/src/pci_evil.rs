@@ -93,6 +93,18 @@ fn dma_abuse(dev: &Dev) {
     for (what, src, dst, len) in cases {
         report(what, dev.dma.copy(src, dst, len, kcall::wait));
     }
+    if let Some((_, file)) = kore_rt::preloaded_files().next() {
+        let n = file.len().min(64);
+        let gpa = file.as_ptr() as u64;
+        report("dst in the read-only pack", dev.dma.copy(ok, gpa, n as u64, kcall::wait));
+        let mut got = vec![0u8; n];
+        let r = dev.dma.copy(gpa, got.as_mut_ptr() as u64, n as u64, kcall::wait);
+        let same = got[..] == file[..n];
+        report(
+            if same { "src in the pack (data equal)" } else { "src in the pack (DATA DIFFERS)" },
+            r,
+        );
+    }
     kore_pci::disable(&dev.cfg, dev.hdr.function, command::BUS_MASTER);
     report("bus master off", dev.dma.copy(ok, ok + 4096, 64, kcall::wait));
     kore_pci::enable(&dev.cfg, dev.hdr.function, command::BUS_MASTER);
