@@ -61,6 +61,7 @@ fn a_misbehaving_guest_sees_errors_and_the_vmm_carries_on() {
         "bar0 <- RAM 0x8000000: reads 0x8000000, map_bar Err(OutsideWindow)",
         "bar0 <- LAPIC 0xfee00000: reads 0xfee00000, map_bar Err(OutsideWindow)",
         "map_bar Some(NoBar); bar0 restored, magic 0x414d444b",
+        "bar0 moved to fresh 2 MiB pages: 7 mapped, then Some(NoPageTables)",
         "map_bar bar6 Some(NoBar), absent function Some(Some(NoFunction))",
         "dma src in the device window: error SourceNotRam",
         "dma dst on its own BAR: error DestinationNotRam",

@@ -63,9 +63,31 @@ fn bar_abuse(dev: &Dev) {
         "kore-test-image: pci-evil: bar1 garbage reads {:#x}, map_bar {:?}; bar0 restored, magic {magic:#x}",
         bar1.0, bar1.1
     );
+    pool_exhaustion(dev, orig);
     let bad_index = pci::map_bar(f, 6).err();
     let no_fn = kore_pci::Function::new(31, 0).map(|g| pci::map_bar(g, 0).err());
     println!("kore-test-image: pci-evil: map_bar bar6 {bad_index:?}, absent function {no_fn:?}");
+}
+
+/// Moves BAR0 to 9 fresh 2 MiB pages of the window and maps each: the kernel's pool of page
+/// tables (8, one already used for the device's own BARs) runs out with a clear error.
+fn pool_exhaustion(dev: &Dev, orig: u32) {
+    use kore_pci::ConfigSpace;
+    let (cfg, f) = (&dev.cfg, dev.hdr.function);
+    let mut mapped = 0;
+    let mut last = None;
+    for k in 0..9u32 {
+        cfg.write32(f, BAR0, layout::PCI_MMIO32_BASE as u32 + (64 << 20) + k * (2 << 20));
+        match pci::map_bar(f, 0) {
+            Ok(_) => mapped += 1,
+            Err(e) => {
+                last = Some(e);
+                break;
+            }
+        }
+    }
+    cfg.write32(f, BAR0, orig);
+    println!("kore-test-image: pci-evil: bar0 moved to fresh 2 MiB pages: {mapped} mapped, then {last:?}");
 }
 
 /// The end of the highest usable RAM region.
