@@ -35,6 +35,7 @@ fn thousand_dma_copies_each_completed_by_msix_are_verified() {
         "pci kore-dma at",
         "pci-dma: 1000 copies verified",
         "overlapping copy ok (memmove)",
+        "10 copies completed by MSI-X on CPU 1 (APIC id 1)",
         "masked vector: pending=true, delivered on unmask, cleared=true",
         "pci-dma ok",
         "0 failure(s)",

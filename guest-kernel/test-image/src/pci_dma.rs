@@ -10,7 +10,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec;
 
-use kore_rt::{clock, kcall, println};
+use kore_rt::{clock, kcall, println, smp};
 
 use crate::pcidev::{self, Dev, Rng};
 
@@ -58,7 +58,53 @@ pub fn run(copies: u32, seed: u64) -> Result<(), String> {
     );
     overlap(&dev, &mut src)?;
     round_trip(&dev, &src, &mut dst)?;
+    other_cpu(&dev)?;
     masked_vector(&dev, &src, &mut dst)
+}
+
+/// Copies driven from the last vCPU with entry 0 pointing at its APIC id: the interrupt must
+/// reach that CPU (its `wait` returns). Entry 0 goes back to this CPU afterwards.
+fn other_cpu(dev: &Dev) -> Result<(), String> {
+    let n = kore_rt::cpu_count();
+    if n < 2 {
+        return Ok(());
+    }
+    let result = kore_rt::sync::SpinLock::new(None);
+    smp::parallel(&|i, count| {
+        if i != count - 1 {
+            return;
+        }
+        let src: alloc::vec::Vec<u8> = (0..10_000u32).map(|k| (k * 13 + 5) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        let apic = kore_rt::apic_id() as u8;
+        let mut r = dev.table.program(0, apic, dev.vector, false).map_err(|e| format!("{e:?}"));
+        for _ in 0..10 {
+            if r.is_err() {
+                break;
+            }
+            let (s, d) = (src.as_ptr() as u64, dst.as_mut_ptr() as u64);
+            r = dev
+                .dma
+                .copy(s, d, src.len() as u64, kcall::wait)
+                .map(|_| ())
+                .map_err(|e| format!("{e}"));
+        }
+        let ok = r.and_then(|()| if src == dst { Ok(apic) } else { Err("data differs".into()) });
+        *result.lock() = Some(ok);
+    });
+    dev.reprogram();
+    let outcome = result.lock().take();
+    match outcome {
+        Some(Ok(apic)) => {
+            println!(
+                "kore-test-image: pci-dma: 10 copies completed by MSI-X on CPU {} (APIC id {apic})",
+                n - 1
+            );
+            Ok(())
+        }
+        Some(Err(e)) => Err(format!("copies from CPU {}: {e}", n - 1)),
+        None => Err("the last vCPU did not run".into()),
+    }
 }
 
 /// Times small copies end to end: doorbell (an MMIO exit), the copy, MSI-X, `wait`.
