@@ -18,6 +18,10 @@ pub struct Cli {
     /// x86-64-v2 (no AVX); also config key `guest_cpu` and KORE_GUEST_CPU.
     #[arg(long, global = true, value_name = "LEVEL")]
     pub guest_cpu: Option<kore_vmm::GuestCpu>,
+    /// PCI function (DDDD:BB:DD.F, bound to vfio-pci) to pass through to the appliance VM
+    /// with VFIO; also config key `vf` and KORE_VF. For `setup`: the VF to bind to vfio-pci.
+    #[arg(long, global = true, value_name = "PCI_ADDR")]
+    pub vf: Option<String>,
     /// The command; with none, boot the default pack and open the chat.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -407,9 +411,6 @@ pub struct SetupArgs {
     /// Number of VFs to enable on --gpu.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub vfs: u64,
-    /// VF (PCI address) to bind to vfio-pci (default: the configured `vf`, or the first VF of --gpu).
-    #[arg(long, value_name = "PCI_ADDR")]
-    pub vf: Option<String>,
 }
 
 fn parse_hugepage_size(s: &str) -> std::result::Result<crate::host::HugepageSize, String> {

@@ -144,6 +144,8 @@ pub struct Loaded {
     pub file: FileConfig,
     /// The global `--guest-cpu` flag, when given.
     pub guest_cpu_flag: Option<GuestCpu>,
+    /// The global `--vf` flag, when given (as typed).
+    pub vf_flag: Option<String>,
 }
 
 static LOADED: OnceLock<Loaded> = OnceLock::new();
@@ -154,11 +156,12 @@ static LOADED: OnceLock<Loaded> = OnceLock::new();
 pub fn init(
     explicit: Option<&Path>,
     guest_cpu_flag: Option<GuestCpu>,
+    vf_flag: Option<String>,
 ) -> Result<&'static Loaded, ConfigError> {
     if let Some(loaded) = LOADED.get() {
         return Ok(loaded);
     }
-    let loaded = Loaded { guest_cpu_flag, ..load(explicit, &env_var)? };
+    let loaded = Loaded { guest_cpu_flag, vf_flag, ..load(explicit, &env_var)? };
     Ok(LOADED.get_or_init(|| loaded))
 }
 
@@ -168,9 +171,14 @@ pub fn guest_cpu_flag() -> Option<GuestCpu> {
     LOADED.get().and_then(|l| l.guest_cpu_flag)
 }
 
+/// The global `--vf` flag of this process, if given (for `up` and `setup`).
+pub fn vf_flag() -> Option<String> {
+    LOADED.get().and_then(|l| l.vf_flag.clone())
+}
+
 /// The effective settings for a command, given its flags.
 pub fn effective(flags: &Overrides) -> Result<Settings, ConfigError> {
-    let loaded = init(None, None)?;
+    let loaded = init(None, None, None)?;
     resolve(loaded, &env_var, flags)
 }
 
@@ -213,7 +221,7 @@ pub fn load(
     };
     let file = parse(&path, &text)?;
     tracing::debug!(path = %path.display(), "config file loaded");
-    Ok(Loaded { path: Some(path), file, guest_cpu_flag: None })
+    Ok(Loaded { path: Some(path), file, guest_cpu_flag: None, vf_flag: None })
 }
 
 /// Parses config text; errors name the line and key.
@@ -325,7 +333,7 @@ pub fn resolve(
             message: e.to_string(),
         })?);
     }
-    if let Some(v) = &flags.vf {
+    if let Some(v) = flags.vf.as_ref().or(loaded.vf_flag.as_ref()) {
         vf = Some(
             normalize_addr(v)
                 .map_err(|e| ConfigError::Flag { flag: "vf", message: e.to_string() })?,

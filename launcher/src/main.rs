@@ -19,7 +19,7 @@ use clap::Parser;
 fn main() {
     let cli = cli::Cli::parse();
     init_tracing(cli.verbose);
-    if let Err(err) = config::init(cli.config.as_deref(), cli.guest_cpu) {
+    if let Err(err) = config::init(cli.config.as_deref(), cli.guest_cpu, cli.vf.clone()) {
         let err = error::LaunchError::from(err);
         eprintln!("kore-launch: error: {err}");
         std::process::exit(err.exit_code());

@@ -22,7 +22,12 @@ fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
 
 fn loaded(text: &str) -> Loaded {
     let path = PathBuf::from("/home/u/.config/kore/launch.toml");
-    Loaded { file: parse(&path, text).unwrap(), path: Some(path), guest_cpu_flag: None }
+    Loaded {
+        file: parse(&path, text).unwrap(),
+        path: Some(path),
+        guest_cpu_flag: None,
+        vf_flag: None,
+    }
 }
 
 const FULL: &str = r#"
@@ -117,7 +122,12 @@ fn environment_beats_file_and_flags_beat_both() {
 
 fn file_error(text: &str) -> String {
     let err = parse(Path::new("/cfg/launch.toml"), text)
-        .map(|file| Loaded { file, path: Some("/cfg/launch.toml".into()), guest_cpu_flag: None })
+        .map(|file| Loaded {
+            file,
+            path: Some("/cfg/launch.toml".into()),
+            guest_cpu_flag: None,
+            vf_flag: None,
+        })
         .and_then(|l| resolve(&l, &env(&[]), &Overrides::default()).map(|_| ()))
         .unwrap_err();
     assert!(matches!(err, ConfigError::File { .. }), "{err:?}");
@@ -239,4 +249,14 @@ fn guest_cpu_comes_from_file_env_then_flag() {
     let err =
         resolve(&file, &env(&[("KORE_GUEST_CPU", "zen")]), &Overrides::default()).unwrap_err();
     assert!(err.to_string().contains("KORE_GUEST_CPU"), "{err}");
+}
+
+#[test]
+fn the_global_vf_flag_beats_file_and_env() {
+    let global = Loaded { vf_flag: Some("06:00.4".into()), ..loaded(FULL) };
+    let s = resolve(&global, &env(&[("KORE_VF", "04:00.2")]), &Overrides::default()).unwrap();
+    assert_eq!(s.vf.as_deref(), Some("0000:06:00.4"), "normalised, flag first");
+    let bad = Loaded { vf_flag: Some("gpu0".into()), ..loaded("") };
+    let err = resolve(&bad, &env(&[]), &Overrides::default()).unwrap_err();
+    assert!(matches!(err, ConfigError::Flag { flag: "vf", .. }), "{err:?}");
 }

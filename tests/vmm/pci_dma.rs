@@ -105,3 +105,37 @@ fn without_the_device_the_ecam_window_is_empty() {
     // No bridge: the ECAM read is unclaimed MMIO (reads 0), the ID check fails.
     assert_eq!(r.expect("exits").expect("exits cleanly"), 0x10);
 }
+
+/// Size in kB of this process's mappings backed by huge pages.
+fn hugetlb_mapped_kb() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let (mut size, mut total) = (0u64, 0u64);
+    for l in s.lines() {
+        let mut f = l.split_whitespace();
+        match f.next() {
+            Some("Size:") => size = f.next().unwrap().parse().unwrap(),
+            Some("KernelPageSize:") if f.next().unwrap().parse::<u64>().unwrap() > 4 => {
+                total += size
+            }
+            _ => {}
+        }
+    }
+    total
+}
+
+#[test]
+fn a_vf_without_vfio_is_refused_and_leaves_nothing_mapped() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let k = kernel();
+    let config = VmConfig::new(&k).memory_mib(128).vf("0000:00:1f.7");
+    let r = Vm::start(config, &mut |_| {});
+    let _ = std::fs::remove_file(&k);
+    let Err(e) = r else { panic!("a VM with a VF that cannot exist started") };
+    let msg = e.to_string();
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    assert!(msg.contains("0000:00:1f.7"), "{msg}");
+    if !std::path::Path::new("/dev/vfio").exists() {
+        assert!(msg.contains("/dev/vfio does not exist"), "{msg}");
+    }
+    assert_eq!(hugetlb_mapped_kb(), 0, "no guest RAM was mapped");
+}

@@ -307,6 +307,7 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
         images: GuestImages::locate()?,
         cmdline: guest_cmdline(&budget),
         guest_cpu: settings.guest_cpu,
+        vf: settings.vf.clone(),
     })
 }
 

@@ -36,6 +36,8 @@ pub struct BootOptions {
     pub cmdline: String,
     /// The CPU level the guest sees.
     pub guest_cpu: kore_vmm::GuestCpu,
+    /// Host PCI function passed through with VFIO (normalised address).
+    pub vf: Option<String>,
 }
 
 /// Measured while booting.
@@ -263,6 +265,9 @@ fn vm_config(opts: &BootOptions, pack: &Path, pages: HugePageSize) -> VmConfig {
         .cmdline(opts.cmdline.clone());
     for f in crate::host::sizing::PRELOADED {
         config = config.preload(pack.join(f));
+    }
+    if let Some(vf) = &opts.vf {
+        config = config.vf(vf);
     }
     config
 }

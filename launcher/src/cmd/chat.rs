@@ -71,7 +71,8 @@ fn system_prompt(args: &ChatArgs) -> Result<Option<String>> {
     if let Some(s) = &args.system {
         return Ok(Some(s.clone()));
     }
-    let loaded = crate::config::init(None, None).map_err(|e| LaunchError::Other(e.to_string()))?;
+    let loaded =
+        crate::config::init(None, None, None).map_err(|e| LaunchError::Other(e.to_string()))?;
     Ok(loaded.file.system_prompt.clone())
 }
 

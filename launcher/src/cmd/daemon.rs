@@ -133,6 +133,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         "engine": backend.describe(),
         "model": args.model.as_ref().map(|p| p.display().to_string()),
         "native": args.native,
+        "vf": if args.native { None } else { crate::config::effective(&Default::default()).ok().and_then(|s| s.vf) },
         "started_unix": started,
     });
     write_file(&rt.state_file(), &format!("{state}\n"))?;

@@ -15,7 +15,6 @@ pub fn run(args: &SetupArgs) -> Result<()> {
         model: args.model.clone(),
         memory: args.memory,
         hugepage_size: args.hugepage_size,
-        vf: args.vf.clone(),
         context: args.context,
         ..Overrides::default()
     };
@@ -24,7 +23,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     let budget =
         Budget::compute(&model, settings.context).map_err(host_error)?.with_memory(settings.memory);
     // An explicit --vf wins; with --gpu the first new VF; otherwise the configured `vf`.
-    let vf = match (&args.vf, &args.gpu) {
+    let vf = match (&config::vf_flag(), &args.gpu) {
         (Some(_), _) | (None, None) => settings.vf.clone(),
         (None, Some(_)) => None,
     };

@@ -46,6 +46,10 @@ pub fn run(args: StatusArgs) -> Result<()> {
         info["connections"], info["queued"], report["uptime_s"]
     );
     println!("  socket {}", report["socket"].as_str().unwrap_or("?"));
+    match report["vf"].as_str() {
+        Some(vf) => println!("  PCI passthrough: VF {vf} (VFIO)"),
+        None => println!("  PCI passthrough: none"),
+    }
     Ok(())
 }
 
@@ -70,6 +74,7 @@ fn running(rt: &Runtime, pid: u32) -> Result<Value> {
         "socket": rt.socket(),
         "engine": state["engine"],
         "native": state["native"],
+        "vf": state["vf"],
         "uptime_s": uptime,
         "info": info,
     }))

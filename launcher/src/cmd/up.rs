@@ -43,6 +43,9 @@ pub fn run(args: UpArgs, verbose: u8) -> Result<()> {
     if let Some(level) = crate::config::guest_cpu_flag() {
         cmd.arg("--guest-cpu").arg(level.name());
     }
+    if let Some(vf) = crate::config::vf_flag() {
+        cmd.arg("--vf").arg(vf);
+    }
     cmd.arg(format!("-{}", "v".repeat(usize::from(verbose.max(1)))));
     cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(io_err(&rt.log_file()))?).stderr(log);
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent;

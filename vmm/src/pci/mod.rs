@@ -10,7 +10,8 @@
 pub mod config;
 pub mod host;
 pub mod irq;
-#[cfg(feature = "test-devices")]
+// Compiled for unit tests too, so `cargo test -p kore-vmm` always runs its tests.
+#[cfg(any(test, feature = "test-devices"))]
 pub mod kore_dma;
 pub mod msix;
 pub mod vfio;
