@@ -3,8 +3,10 @@
 //! Ring 3 owns configuration space (the ECAM window stays user-mapped, like the virtio
 //! registers), but not the 32-bit BAR window: at boot CPU 0 clears the user bit of the
 //! window's 2 MiB pages, and `MAP_BAR` gives ring 3 exactly the 4 KiB pages of one memory
-//! BAR, uncached (PCD|PWT) and no-execute. The kernel reads and sizes the BAR itself
-//! (kore-pci) rather than trusting ring 3's numbers, and maps nothing outside the window, so
+//! BAR, uncached (PCD|PWT) and no-execute. 64-bit BARs may also lie in the high window above
+//! all memory (`kore_guest_abi::pci_high_window`), which the VMM leaves unmapped: `MAP_BAR`
+//! builds its page directory there. The kernel reads and sizes the BAR itself
+//! (kore-pci) rather than trusting ring 3's numbers, and maps nothing outside the windows, so
 //! a BAR that ring 3 reprogrammed to point at RAM or the kernel is refused: whatever ring 3
 //! does with configuration space, `MAP_BAR` never gives it RAM it lacked. (Ring 3 can still
 //! move a BAR onto another function's BAR pages and map those; it owns config space anyway.)
@@ -12,10 +14,10 @@
 //! pool; its other entries stay not present. Mappings are never taken back.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use kore_guest_abi::layout::{self, pte};
-use kore_guest_abi::{map_bar, BootInfo, DeviceKind};
+use kore_guest_abi::{map_bar, pci_high_window, BootInfo, DeviceKind};
 use kore_pci::pages::{self, Chunk};
 use kore_pci::{bar, Ecam, Function, Header};
 
@@ -39,6 +41,9 @@ static TABLES: Pool = Pool(UnsafeCell::new([const { PageTable([0; 512]) }; POOL]
 static USED: AtomicUsize = AtomicUsize::new(0);
 static LOCK: AtomicBool = AtomicBool::new(false);
 static BRIDGE: AtomicBool = AtomicBool::new(false);
+/// The 64-bit BAR window `[HIGH, HIGH_END)` (`kore_guest_abi::pci_high_window`).
+static HIGH: AtomicU64 = AtomicU64::new(0);
+static HIGH_END: AtomicU64 = AtomicU64::new(0);
 
 /// CPU 0 at boot: whether the boot info has the PCI host bridge at the layout's windows. If
 /// so, takes the BAR window away from ring 3 (until `MAP_BAR`).
@@ -58,6 +63,9 @@ pub fn init(info: &BootInfo) -> bool {
             unsafe { p.write_volatile(p.read_volatile() & !pte::USER) };
             a += layout::HUGE_PAGE;
         }
+        let (high, high_end) = pci_high_window(info);
+        HIGH.store(high, Ordering::Relaxed);
+        HIGH_END.store(high_end, Ordering::Relaxed);
         BRIDGE.store(true, Ordering::Release);
     }
     found
@@ -86,7 +94,9 @@ fn map_bar(function: u64, index: u64) -> Result<(u64, u64), u64> {
     let b =
         bar::probe(&ecam, &hdr, index as usize).filter(|b| b.is_memory()).ok_or(map_bar::NO_BAR)?;
     let (start, end) = pages::page_range(b.base, b.size).ok_or(map_bar::OUTSIDE_WINDOW)?;
-    if start < WINDOW || end > WINDOW_END {
+    let high = HIGH.load(Ordering::Relaxed)..=HIGH_END.load(Ordering::Relaxed);
+    let in_high = high.contains(&start) && high.contains(&end);
+    if !(in_high || (start >= WINDOW && end <= WINDOW_END)) {
         return Err(map_bar::OUTSIDE_WINDOW);
     }
     while LOCK.swap(true, Ordering::Acquire) {
@@ -97,25 +107,30 @@ fn map_bar(function: u64, index: u64) -> Result<(u64, u64), u64> {
     r.map(|()| (b.base, b.size))
 }
 
-/// Maps one piece of a BAR (inside the window) for ring 3: a whole 2 MiB page still mapped
-/// huge gets its user bit back; anything else gets 4 KiB entries in a pool page table.
+/// Maps one piece of a BAR (inside a window) for ring 3: a whole 2 MiB page gets its user
+/// bit back (32-bit window, mapped huge by the VMM) or a fresh huge entry (64-bit window,
+/// unmapped until now); anything else gets 4 KiB entries in a pool page table.
 fn map_chunk(c: Chunk) -> Result<(), u64> {
     let (start, end) = match c {
         Chunk::Whole(a) => (a, a + layout::HUGE_PAGE),
         Chunk::Pages { start, end } => (start, end),
     };
+    directory(start);
     let pde = layout::pde_address(start) as *mut u64;
-    // SAFETY: the window's PDEs exist (boot ABI); only this module (locked) writes them.
+    // SAFETY: the PDE exists (the VMM's for the 32-bit window, `directory`'s above 4 GiB);
+    // only this module (locked) writes window PDEs.
     let v = unsafe { pde.read_volatile() };
-    let table = match (c, v & pte::HUGE != 0) {
-        (Chunk::Whole(_), true) => {
-            // SAFETY: as above; the 2 MiB page is inside the window and wholly this BAR's.
-            unsafe { pde.write_volatile(v | pte::USER) };
+    let (present, huge) = (v & pte::PRESENT != 0, v & pte::HUGE != 0);
+    let table = match (c, present, huge) {
+        (Chunk::Whole(_), true, true) | (Chunk::Whole(_), false, _) => {
+            let e = if present { v | pte::USER } else { start | LEAF | pte::HUGE };
+            // SAFETY: as above; the 2 MiB page is inside a window and wholly this BAR's.
+            unsafe { pde.write_volatile(e) };
             invlpg(start);
             return Ok(());
         }
-        (_, true) => split(pde)?,
-        (_, false) => own_table(v)?,
+        (_, true, true) | (_, false, _) => split(pde)?,
+        (_, true, false) => own_table(v)?,
     };
     let mut a = start;
     while a < end {
@@ -127,7 +142,27 @@ fn map_chunk(c: Chunk) -> Result<(), u64> {
     Ok(())
 }
 
-/// Replaces a 2 MiB PDE by a fresh (all not-present) page table from the pool.
+/// Above 4 GiB: makes sure the PDPT entry for `a`'s GiB points at its page directory (the
+/// VMM's page tables stop at the end of memory); a new directory starts all not-present.
+fn directory(a: u64) {
+    if a < layout::DEVICE_WINDOW_END {
+        return;
+    }
+    let g = a >> 30;
+    debug_assert!(g < layout::MAX_PD);
+    let pdpte = (layout::PDPT + g * 8) as *mut u64;
+    let pd = layout::PD_BASE + g * layout::PAGE;
+    // SAFETY: PDPT and the page-directory area are the kernel's boot data (boot ABI); GiB `g`
+    // is above all memory (the 64-bit window), so no one else uses its directory.
+    unsafe {
+        if pdpte.read_volatile() & pte::PRESENT == 0 {
+            core::ptr::write_bytes(pd as *mut u64, 0, 512);
+            pdpte.write_volatile(pd | TABLE);
+        }
+    }
+}
+
+/// Replaces a 2 MiB PDE (huge or not present) by a fresh (all not-present) pool page table.
 fn split(pde: *mut u64) -> Result<*mut PageTable, u64> {
     let i = USED.load(Ordering::Relaxed);
     if i == POOL {

@@ -53,7 +53,7 @@ pub enum MapBarError {
     NoFunction,
     /// That slot is not a memory BAR.
     NoBar,
-    /// The BAR lies outside the 32-bit BAR window.
+    /// The BAR lies outside the PCI BAR windows (32-bit, and 64-bit above all memory).
     OutsideWindow,
     /// The kernel ran out of page tables for BAR mappings.
     NoPageTables,
@@ -67,7 +67,7 @@ impl core::fmt::Display for MapBarError {
             Self::NoBridge => "no PCI host bridge in the boot info",
             Self::NoFunction => "no such PCI function or BAR index",
             Self::NoBar => "not a memory BAR",
-            Self::OutsideWindow => "BAR outside the PCI BAR window",
+            Self::OutsideWindow => "BAR outside the PCI BAR windows",
             Self::NoPageTables => "the kernel's BAR page tables are used up",
             Self::Unsupported => "the kernel has no MAP_BAR call",
         })
