@@ -171,10 +171,13 @@ pub fn place_bars(
         if !size.is_power_of_two() {
             return Err(format!("BAR {i} size {size:#x} is not a power of two"));
         }
+        // A BAR smaller than a page is placed as a page and trapped whole
+        // (its region cannot be mmapped a page long).
+        let direct_ok = mmap && size >= PAGE;
         let size = size.max(PAGE);
         let alloc = if is_64 { &mut *bars64 } else { &mut *bars32 };
         let addr = alloc.alloc(size).map_err(|e| e.to_string())?;
-        let direct = if mmap { subtract(size, &trapped(i, msix)) } else { Vec::new() };
+        let direct = if direct_ok { subtract(size, &trapped(i, msix)) } else { Vec::new() };
         out.push(PlacedBar { index: i, addr, size, is_64, prefetchable: raw & 8 != 0, direct });
         i += 1 + usize::from(is_64);
     }

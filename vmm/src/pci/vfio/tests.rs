@@ -29,8 +29,9 @@ struct Log {
 struct Fake(Arc<Mutex<Log>>);
 
 /// A VF: vendor 0x10de, BAR0 32-bit 16 MiB, BAR2 64-bit 1 GiB prefetchable,
-/// BAR4 32-bit 64 KiB holding the MSI-X table (4 vectors) at 0x2000 and the
-/// PBA at 0x3000, an I/O BAR 5; capabilities: PM (0x40) -> MSI-X (0x50).
+/// BAR1 32-bit 256 bytes, BAR4 32-bit 64 KiB holding the MSI-X table (4
+/// vectors) at 0x2000 and the PBA at 0x3000, an I/O BAR 5; capabilities:
+/// PM (0x40) -> MSI-X (0x50).
 fn fake() -> Fake {
     let mut c = vec![0u8; 256];
     let put = |c: &mut Vec<u8>, at: usize, v: u32| c[at..at + 4].copy_from_slice(&v.to_le_bytes());
@@ -55,6 +56,7 @@ impl VfioLayer for Fake {
             0 => 16 << 20,
             2 => 1 << 30,
             4 => 64 << 10,
+            1 => 256,
             5 => 256,
             CONFIG_REGION => 256,
             _ => return None,
@@ -177,12 +179,14 @@ fn bars_are_placed_and_msix_pages_trapped() {
     let f = fake();
     let dev = open(&f).unwrap();
     let b = dev.bars();
-    assert_eq!(b.len(), 3, "BAR0, BAR2 (64-bit), BAR4; the I/O BAR 5 is skipped");
+    assert_eq!(b.len(), 4, "BAR0, BAR1, BAR2 (64-bit), BAR4; the I/O BAR 5 is skipped");
     assert_eq!((b[0].index, b[0].addr, b[0].is_64), (0, 0xc000_0000, false));
-    assert_eq!((b[1].index, b[1].addr, b[1].is_64, b[1].prefetchable), (2, 8 << 30, true, true));
-    assert_eq!((b[2].index, b[2].addr), (4, 0xc100_0000));
+    assert_eq!((b[1].index, b[1].addr, b[1].size), (1, 0xc100_0000, 0x1000), "a page at least");
+    assert_eq!((b[2].index, b[2].addr, b[2].is_64, b[2].prefetchable), (2, 8 << 30, true, true));
+    assert_eq!((b[3].index, b[3].addr), (4, 0xc101_0000));
     assert_eq!(b[0].direct, vec![0..16 << 20]);
-    assert_eq!(b[2].direct, vec![0..0x2000, 0x4000..0x1_0000], "table + PBA pages trapped");
+    assert!(b[1].direct.is_empty(), "a sub-page BAR is trapped whole");
+    assert_eq!(b[3].direct, vec![0..0x2000, 0x4000..0x1_0000], "table + PBA pages trapped");
     let l = f.0.lock().unwrap();
     let slots: Vec<_> = l.slots.iter().map(|s| (s.0, s.1)).collect();
     assert_eq!(
@@ -190,8 +194,8 @@ fn bars_are_placed_and_msix_pages_trapped() {
         vec![
             (0xc000_0000, 16 << 20),
             (8 << 30, 1 << 30),
-            (0xc100_0000, 0x2000),
-            (0xc100_4000, 0xc000)
+            (0xc101_0000, 0x2000),
+            (0xc101_4000, 0xc000)
         ]
     );
     assert_eq!(l.resets, 1, "reset on open");
@@ -217,7 +221,7 @@ fn config_space_is_virtualised() {
     // Command goes to the device and drives decoding.
     d.config_write(reg::COMMAND, &6u16.to_le_bytes());
     assert_eq!(f.0.lock().unwrap().config[4], 6);
-    assert_eq!(d.decoded_bars().len(), 2, "BAR2 mid-sizing does not decode");
+    assert_eq!(d.decoded_bars().len(), 3, "BAR2 mid-sizing does not decode");
 }
 
 #[test]
