@@ -309,3 +309,31 @@ fn bar_pages_split_at_2mib_boundaries() {
     );
     assert!(all(base, base).is_empty());
 }
+
+#[test]
+fn ecam_accesses_land_at_the_function_offsets() {
+    use crate::Ecam;
+    // A heap buffer stands in for the 1 MiB window (u64 elements keep it 8-byte aligned).
+    let mut window = std::vec![0u64; crate::BUS_SPACE as usize / 8];
+    let base = window.as_mut_ptr() as usize;
+    // SAFETY: `window` is BUS_SPACE bytes, outlives `ecam`, and is only accessed through it.
+    let ecam = unsafe { Ecam::new(base) };
+    let fun = f(3, 2);
+    ecam.write32(fun, 0x10, 0xc000_0000);
+    ecam.write16(fun, reg::COMMAND, 0x0006);
+    ecam.write(fun, 0x3c, Width::U8, 0xab);
+    let byte = |off: u64| {
+        let b = window[(off / 8) as usize].to_le_bytes();
+        b[(off % 8) as usize]
+    };
+    let at = fun.ecam_offset();
+    assert_eq!(
+        [byte(at + 0x10), byte(at + 0x11), byte(at + 0x12), byte(at + 0x13)],
+        [0, 0, 0, 0xc0]
+    );
+    assert_eq!([byte(at + 4), byte(at + 5), byte(at + 6)], [6, 0, 0], "16-bit write only");
+    assert_eq!(byte(at + 0x3c), 0xab);
+    assert_eq!(ecam.read32(fun, 0x10), 0xc000_0000);
+    assert_eq!(ecam.read8(fun, 0x3c), 0xab);
+    assert_eq!(ecam.read16(f(3, 1), reg::COMMAND), 0, "a neighbour function is untouched");
+}
