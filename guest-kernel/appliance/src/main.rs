@@ -73,6 +73,8 @@ fn main() -> u32 {
         }
     };
     println!("kore-appliance: cpus={} cmdline={raw:?}", kore_rt::cpu_count());
+    // PCI functions the VMM passed (e.g. `kore-launch --vf`): named, not driven yet.
+    kore_rt::pci::list("kore-appliance");
     // The CPU level the VMM gave this guest (its XCR0), also where ring 3 sees the host's.
     let xcr0 = kore_rt::boot_info().xcr0;
     if xcr0 != 0 {

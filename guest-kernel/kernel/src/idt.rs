@@ -2,10 +2,13 @@
 //!
 //! Gates filled: the 32 exception vectors (NMI, #DF and #MC on IST1), `int3` (vector 3) as
 //! the ring-3 kernel-call gate (DPL 3), each device's interrupt vector and the wake IPI
-//! (EOI + return), and the APIC spurious vector (return only). Vectors left empty raise #NP,
+//! (EOI + return), the MSI-X vectors when there is a PCI host bridge (the same stub), and
+//! the APIC spurious vector (return only). Vectors left empty raise #NP,
 //! which is reported like any exception. Only CPU 0 fills the table; every CPU loads it.
 
-use kore_guest_abi::{layout, BootInfo, SPURIOUS_VECTOR, WAKE_VECTOR};
+use kore_guest_abi::{
+    layout, BootInfo, MSIX_VECTORS, MSIX_VECTOR_BASE, SPURIOUS_VECTOR, WAKE_VECTOR,
+};
 
 use crate::trap;
 
@@ -20,7 +23,7 @@ fn set(vector: u8, g: [u64; 2]) {
 }
 
 /// Fills the gates (CPU 0, before the other CPUs start).
-pub fn install(info: &BootInfo) {
+pub fn install(info: &BootInfo, pci: bool) {
     let stubs = trap::exception_stubs();
     for (v, &stub) in stubs.iter().enumerate() {
         let ist = if matches!(v, 2 | 8 | 18) { 1 } else { 0 };
@@ -31,6 +34,11 @@ pub fn install(info: &BootInfo) {
     for d in info.devices() {
         if (32..=255).contains(&d.vector) && d.vector != SPURIOUS_VECTOR as u32 {
             set(d.vector as u8, irq);
+        }
+    }
+    if pci {
+        for v in MSIX_VECTOR_BASE..MSIX_VECTOR_BASE + MSIX_VECTORS {
+            set(v, irq);
         }
     }
     set(WAKE_VECTOR, irq);

@@ -5,7 +5,8 @@
 //! the IDT, copies the boot info where ring 3 can read it and releases the other vCPUs; on every
 //! CPU it enables the local APIC and enters the ring-3 image with `iretq`. After that it only
 //! runs for the `int3` kernel calls ([`kore_guest_abi::call`]), interrupts taken while a vCPU
-//! waits, and exceptions (reported on the serial console, then the VM exits). The VMM has already
+//! waits, `MAP_BAR` (PCI BARs for ring-3 drivers, [`pci`]), and exceptions (reported on the
+//! serial console, then the VM exits). The VMM has already
 //! built the page tables (kernel supervisor-only, user image and heap user, pack read-only),
 //! the GDT, the TSS and the control registers (see `kore-boot-abi`).
 #![no_std]
@@ -13,6 +14,7 @@
 
 mod console;
 mod idt;
+mod pci;
 mod trap;
 
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -67,7 +69,8 @@ fn boot_cpu0(info: &BootInfo) {
             status::BAD_BOOT,
         ),
     };
-    idt::install(info);
+    let pci = pci::init(info);
+    idt::install(info, pci);
     // SAFETY: `info_copy` is the start of a usable RAM region of at least 2 MiB that nothing else
     // uses yet (UserLayout reserves it); the source is the VMM's block of exactly this size.
     unsafe {

@@ -3,7 +3,8 @@
 //! * `kcall_entry` (vector 3, DPL 3): the `int3` kernel-call gate. Its paths are a handful of
 //!   instructions each because ring 0 is emulated: `WAIT` returns at once if this CPU's
 //!   `WOKEN` flag is set (an interrupt arrived since the last wait), else `sti; hlt; cli`; either
-//!   way it clears the flag. `EXIT` is an `out`, `LOG` an `out` loop over user memory.
+//!   way it clears the flag. `EXIT` is an `out`, `LOG` an `out` loop over user memory,
+//!   `MAP_BAR` a call into [`crate::pci`] (setup only, so its cost does not matter).
 //! * `irq_entry`: sets this CPU's `WOKEN` flag, EOIs the local APIC and returns; the interrupt's
 //!   only job is to end a `hlt`. It saves what it uses: although ring 3 runs with IF = 0, the
 //!   PVM host here sometimes delivers a device interrupt while ring 3 runs, so the stub must not
@@ -27,7 +28,28 @@ core::arch::global_asm!(
     "je 33f",
     "test rax, rax",
     "je 44f",
+    "cmp rax, {map_bar}",
+    "je 99f",
     "mov rax, -1",
+    "iretq",
+    // map_bar(rdi = function, rsi = bar) -> rax, rdx: a Rust call; r8-r11 are not call
+    // clobbers of the gate, so they are saved; the stack is realigned and DF cleared.
+    "99:",
+    "push rbp",
+    "mov rbp, rsp",
+    "push r8",
+    "push r9",
+    "push r10",
+    "push r11",
+    "and rsp, -16",
+    "cld",
+    "call {map_bar_call}",
+    "lea rsp, [rbp - 32]",
+    "pop r11",
+    "pop r10",
+    "pop r9",
+    "pop r8",
+    "pop rbp",
     "iretq",
     // wait: an interrupt taken since the last wait (flag set) ends it at once; interrupts
     // pending in the LAPIC end the hlt at once (sti shadow). rax, rcx are call clobbers.
@@ -99,6 +121,8 @@ core::arch::global_asm!(
     "iretq",
     wait = const call::WAIT,
     log = const call::LOG,
+    map_bar = const call::MAP_BAR,
+    map_bar_call = sym crate::pci::map_bar_call,
     user_base = const USER_BASE,
     com1 = const ports::SERIAL_COM1,
     exit_port = const ports::DEBUG_EXIT,

@@ -43,3 +43,55 @@ pub fn null_call() -> u64 {
     };
     ret
 }
+
+/// Why [`map_bar`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapBarError {
+    /// No PCI host bridge in the boot info.
+    NoBridge,
+    /// No such function (or a bad BAR index).
+    NoFunction,
+    /// That slot is not a memory BAR.
+    NoBar,
+    /// The BAR lies outside the PCI BAR windows (32-bit, and 64-bit above all memory).
+    OutsideWindow,
+    /// The kernel ran out of page tables for BAR mappings.
+    NoPageTables,
+    /// The kernel does not know the call (an older kernel).
+    Unsupported,
+}
+
+impl core::fmt::Display for MapBarError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::NoBridge => "no PCI host bridge in the boot info",
+            Self::NoFunction => "no such PCI function or BAR index",
+            Self::NoBar => "not a memory BAR",
+            Self::OutsideWindow => "BAR outside the PCI BAR windows",
+            Self::NoPageTables => "the kernel's BAR page tables are used up",
+            Self::Unsupported => "the kernel has no MAP_BAR call",
+        })
+    }
+}
+
+/// Asks the kernel to map memory BAR `bar` of the PCI function at ECAM offset `function`
+/// for ring 3 (uncached, only the BAR's pages). Returns the BAR's (address, size).
+pub fn map_bar(function: u64, bar: u8) -> Result<(u64, u64), MapBarError> {
+    use kore_guest_abi::map_bar as e;
+    let (rax, rdx): (u64, u64);
+    // SAFETY: MAP_BAR only changes page tables of the PCI BAR window; it clobbers rax, rcx,
+    // rdx, rsi, rdi like every call.
+    unsafe {
+        core::arch::asm!("int3", inout("rax") call::MAP_BAR => rax, inout("rdi") function => _,
+            inout("rsi") bar as u64 => _, out("rcx") _, out("rdx") rdx, options(nostack))
+    };
+    Err(match rax {
+        e::NO_BRIDGE => MapBarError::NoBridge,
+        e::NO_FUNCTION => MapBarError::NoFunction,
+        e::NO_BAR => MapBarError::NoBar,
+        e::OUTSIDE_WINDOW => MapBarError::OutsideWindow,
+        e::NO_PAGE_TABLES => MapBarError::NoPageTables,
+        call::BAD_CALL => MapBarError::Unsupported,
+        _ => return Ok((rax, rdx)),
+    })
+}

@@ -8,8 +8,9 @@
 //!
 //! Provided: a global allocator ([`kore_heap::Heap`]), [`clock`] (TSC), [`console`] output
 //! and `println!`, [`kcall`] wrappers (exit, log, wait), [`smp`] (parallel jobs over all
-//! vCPUs, wake IPIs), spin locks and barriers ([`sync`]), and a panic handler that prints the
-//! message and exits with `status::PANIC`.
+//! vCPUs, wake IPIs), spin locks and barriers ([`sync`]), [`pci`] (config space, BARs mapped
+//! by the kernel, MSI-X vectors), and a panic handler that prints the message and exits with
+//! `status::PANIC`.
 #![no_std]
 
 pub mod clock;
@@ -17,6 +18,7 @@ pub mod console;
 pub mod kcall;
 mod mem;
 mod panic;
+pub mod pci;
 pub mod smp;
 pub mod vsock;
 

@@ -5,7 +5,9 @@
 //! HLT by IPI), and (command line `echo=PORT [conns=N] [vsock_mode=...]`) serves N vsock connections at once
 //! (see [`serve`]). The command line picks
 //! extra modes: `fault=pf` touches kernel memory (the test expects the exception report),
-//! `fault=panic` panics. Exit status 0 means every check passed; the console says what failed.
+//! `fault=panic` panics, `fault=pci-window` reads the PCI BAR window outside any BAR,
+//! `test=pci-dma` runs DMA copies on the VMM's kore-dma PCI device
+//! ([`pci_dma`]), `test=pci-evil` abuses it ([`pci_evil`]). Exit status 0 means every check passed; the console says what failed.
 #![no_std]
 #![no_main]
 
@@ -16,6 +18,9 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use kore_rt::{clock, println, smp};
 
+mod pci_dma;
+mod pci_evil;
+mod pcidev;
 mod serve;
 
 kore_rt::main!(main);
@@ -40,6 +45,14 @@ fn main() -> u32 {
                 return 1;
             }
             "fault=panic" => panic!("requested by the command line"),
+            "fault=pci-window" => {
+                let a = kore_rt::abi::layout::PCI_MMIO32_BASE + (128 << 20);
+                // SAFETY: deliberately reads the PCI BAR window outside any mapped BAR: with a
+                // PCI host bridge the kernel took the window from ring 3, so this faults.
+                let v = unsafe { (a as *const u32).read_volatile() };
+                println!("kore-test-image: read the PCI BAR window without a fault: {v:#x}");
+                return 1;
+            }
             _ => {}
         }
     }
@@ -66,11 +79,28 @@ fn main() -> u32 {
     if let Some(port) = echo_port {
         failures += check("vsock echo", serve::run(port, echo_conns, mode));
     }
+    let test = cmdline.split_ascii_whitespace().find_map(|a| a.strip_prefix("test="));
+    match test {
+        None => {}
+        Some("pci-dma") => {
+            let copies = arg("copies=").unwrap_or(1000);
+            let seed = cmdline
+                .split_ascii_whitespace()
+                .find_map(|a| a.strip_prefix("seed=")?.parse::<u64>().ok())
+                .unwrap_or_else(clock::ticks);
+            failures += check("pci-dma", pci_dma::run(copies, seed));
+        }
+        Some("pci-evil") => failures += check("pci-evil", pci_evil::run()),
+        Some(other) => {
+            println!("kore-test-image: unknown test={other} (pci-dma, pci-evil)");
+            return 2;
+        }
+    }
     println!("kore-test-image: {} failure(s)", failures);
     failures
 }
 
-fn check(name: &str, r: Result<(), &'static str>) -> u32 {
+fn check<E: core::fmt::Display>(name: &str, r: Result<(), E>) -> u32 {
     match r {
         Ok(()) => {
             println!("kore-test-image: {name} ok");

@@ -26,9 +26,44 @@ pub mod call {
     /// `wait()`: halts this vCPU until any interrupt (a device IRQ or a wake IPI) arrives,
     /// then returns 0. An interrupt that arrived since the last wait returns at once.
     pub const WAIT: u64 = 2;
+    /// `map_bar(function, bar)`: maps memory BAR `bar` (`rsi`, 0..6) of the PCI function at
+    /// ECAM offset `function` (`rdi`, `dev << 15 | func << 12`) for ring 3, 4 KiB pages,
+    /// uncached (PCD|PWT), no-execute. Only BARs inside [`crate::layout::PCI_MMIO32_BASE`]'s window
+    /// or the 64-bit window ([`crate::pci_high_window`]) are mapped, and only their pages. Returns the BAR's address in `rax` and its size in
+    /// `rdx`, or a [`crate::map_bar`] error code in `rax`.
+    pub const MAP_BAR: u64 = 3;
     /// Returned in `rax` for an unknown call number.
     pub const BAD_CALL: u64 = u64::MAX;
 }
+
+/// Error codes of [`call::MAP_BAR`] (in `rax`; never a valid BAR address).
+pub mod map_bar {
+    /// The boot info has no PCI host bridge at the layout's ECAM window.
+    pub const NO_BRIDGE: u64 = u64::MAX - 1;
+    /// The function offset or BAR index is out of range, or no function is there.
+    pub const NO_FUNCTION: u64 = u64::MAX - 2;
+    /// The slot holds no memory BAR (unimplemented, I/O, or a 64-bit BAR's upper half).
+    pub const NO_BAR: u64 = u64::MAX - 3;
+    /// The BAR is not inside a PCI BAR window (32-bit or [`super::pci_high_window`]).
+    pub const OUTSIDE_WINDOW: u64 = u64::MAX - 4;
+    /// The kernel's page tables for BAR mappings are used up.
+    pub const NO_PAGE_TABLES: u64 = u64::MAX - 5;
+    /// Whether `rax` is one of these codes (or [`super::call::BAD_CALL`]).
+    pub const fn is_error(rax: u64) -> bool {
+        rax >= NO_PAGE_TABLES
+    }
+}
+
+/// First interrupt vector the kernel gives PCI functions' MSI-X messages, when the boot
+/// info has a PCI host bridge. Vectors `MSIX_VECTOR_BASE..+MSIX_VECTORS` take the same path
+/// as every device interrupt: they end a [`call::WAIT`] (or make the next one return at once).
+pub const MSIX_VECTOR_BASE: u8 = 0x40;
+/// Number of MSI-X vectors with a kernel gate.
+pub const MSIX_VECTORS: u8 = 16;
+const _: () = assert!(
+    MSIX_VECTOR_BASE as u32 >= layout::VIRTIO_VECTOR_BASE + kore_boot_abi::MAX_DEVICES as u32
+        && (MSIX_VECTOR_BASE + MSIX_VECTORS) < WAKE_VECTOR
+);
 
 /// Exit statuses written to the debug-exit port.
 pub mod status {
@@ -129,6 +164,17 @@ pub fn extra_heap_regions<'a>(
         .map(|r| (r.base, r.size))
 }
 
+/// Where 64-bit PCI BARs may lie, `[base, end)`: from the first GiB boundary at or above the
+/// end of every memory-map region (RAM, the pack) and 4 GiB, up to the highest address the
+/// page-directory area covers (`MAX_PD` GiB). Nothing the guest has lies there, so mapping
+/// it for ring 3 gives away no memory. The VMM assigns passthrough functions' 64-bit BARs in
+/// this range (docs/vmm.md). Empty (`base >= end`) if memory reaches the limit.
+pub fn pci_high_window(info: &BootInfo) -> (u64, u64) {
+    let top = info.mem_regions().iter().map(|r| r.base.saturating_add(r.size)).max().unwrap_or(0);
+    let base = top.max(layout::DEVICE_WINDOW_END).next_multiple_of(layout::GIB);
+    (base, layout::MAX_PD * layout::GIB)
+}
+
 /// The two quadwords of a 64-bit interrupt gate (IF cleared on entry) to `handler` in code
 /// segment `selector`, callable from privilege `dpl`, switching to stack IST`ist` (0 = none).
 pub const fn interrupt_gate(handler: u64, selector: u16, dpl: u8, ist: u8) -> [u64; 2] {
@@ -185,6 +231,23 @@ mod tests {
         assert_eq!((l.heap_start, l.heap_end), (210 * mib, 300 * mib));
         let extra: std::vec::Vec<_> = extra_heap_regions(&i, &l).collect();
         assert_eq!(extra, [(96 * mib, 4 * mib)]);
+    }
+
+    #[test]
+    fn the_pci_high_window_starts_above_all_memory() {
+        let gib = layout::GIB;
+        let end = layout::MAX_PD * gib;
+        let small = info(&[(96 << 20, 160 << 20, MemKind::Usable)]);
+        assert_eq!(pci_high_window(&small), (4 * gib, end));
+        let pack = info(&[
+            (96 << 20, 2 * gib, MemKind::Usable),
+            (3 * gib, gib, MemKind::Device),
+            (4 * gib, 5 * gib + 12345, MemKind::Preloaded),
+        ]);
+        assert_eq!(pci_high_window(&pack), (10 * gib, end));
+        let full = info(&[(4 * gib, end, MemKind::Usable)]);
+        let (b, e) = pci_high_window(&full);
+        assert!(b >= e, "no room left: {b:#x}..{e:#x}");
     }
 
     #[test]
