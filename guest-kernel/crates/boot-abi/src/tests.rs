@@ -127,8 +127,5 @@ fn pci_windows() {
     assert_eq!(layout::pci_ecam_offset(1, 0, 0x10), 0x8010);
     assert_eq!(layout::pci_ecam_offset(31, 7, 0xffc), layout::PCI_ECAM_SIZE - 4);
     assert_eq!(DeviceKind::PciHostBridge as u32, 2);
-    let (w32, w32_end) =
-        (layout::PCI_MMIO32_BASE, layout::PCI_MMIO32_BASE + layout::PCI_MMIO32_SIZE);
-    assert!(w32 >= layout::DEVICE_WINDOW && w32_end <= layout::VIRTIO_MMIO_BASE);
-    assert!(layout::PCI_ECAM_BASE + layout::PCI_ECAM_SIZE <= layout::IOAPIC_BASE);
+    // Where the windows sit is checked at compile time (layout.rs).
 }
