@@ -2,6 +2,8 @@
 //! boot works:
 //! - the guest panics during boot (the ring-3 test image, told to panic with
 //!   `KORE_GUEST_CMDLINE_APPEND=fault=panic`, in place of the appliance);
+//! - the guest hangs during boot (`fault=hang`): the boot ends after
+//!   `KORE_BOOT_TIMEOUT_S`, naming the hang, and the VMM process is gone;
 //! - the disk fills up under `batch`'s output (a 64 KiB tmpfs): the rows
 //!   written so far stay in OUT.partial and a rerun elsewhere completes.
 //!
@@ -65,6 +67,35 @@ fn a_guest_that_panics_while_booting_is_reported_and_cleaned_up() {
 
     let ok = kore(&rt, &args).output().unwrap();
     assert!(ok.status.success(), "the next boot: {}", String::from_utf8_lossy(&ok.stderr));
+}
+
+#[test]
+fn a_guest_that_hangs_while_booting_times_out_and_is_stopped() {
+    kore_e2e::require_kvm();
+    let images = kore_e2e::guest_images();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = dir.path().join("rt");
+    let pack = kore_e2e::tiny_pack();
+    let args =
+        ["generate", "--model", pack.to_str().unwrap(), "--prompt", "KING.", "--max-tokens", "2"];
+    let started = std::time::Instant::now();
+    let out = kore(&rt, &args)
+        .env("KORE_GUEST_KERNEL", &images.kernel)
+        .env("KORE_GUEST_IMAGE", &images.test_image)
+        .env("KORE_GUEST_CMDLINE_APPEND", "fault=hang")
+        .env("KORE_BOOT_TIMEOUT_S", "3")
+        .output()
+        .unwrap();
+    let err = one_error_line(&out);
+    assert!(err.contains("did not accept") && err.contains("hangs"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
+    assert!(empty(&rt), "runtime files left behind after the hang");
+    let left = Command::new("pgrep").args(["-f", "kore-launch vmm-process"]).output().unwrap();
+    let pids = String::from_utf8_lossy(&left.stdout).to_string();
+    for pid in pids.split_whitespace() {
+        let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(!ppid.is_empty() && !ppid.contains(") Z"), "VMM {pid} left running");
+    }
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! HLT by IPI), and (command line `echo=PORT [conns=N] [vsock_mode=...]`) serves N vsock connections at once
 //! (see [`serve`]). The command line picks
 //! extra modes: `fault=pf` touches kernel memory (the test expects the exception report),
-//! `fault=panic` panics, `fault=pci-window` reads the PCI BAR window outside any BAR,
+//! `fault=panic` panics, `fault=hang` spins forever, `fault=pci-window` reads the PCI BAR window outside any BAR,
 //! `test=pci-dma` runs DMA copies on the VMM's kore-dma PCI device
 //! ([`pci_dma`]), `test=pci-evil` abuses it ([`pci_evil`]). Exit status 0 means every check passed; the console says what failed.
 #![no_std]
@@ -45,6 +45,12 @@ fn main() -> u32 {
                 return 1;
             }
             "fault=panic" => panic!("requested by the command line"),
+            "fault=hang" => {
+                println!("kore-test-image: hanging as the command line asks");
+                loop {
+                    core::hint::spin_loop();
+                }
+            }
             "fault=pci-window" => {
                 let a = kore_rt::abi::layout::PCI_MMIO32_BASE + (128 << 20);
                 // SAFETY: deliberately reads the PCI BAR window outside any mapped BAR: with a

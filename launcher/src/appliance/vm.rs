@@ -21,6 +21,14 @@ use crate::error::{LaunchError, Result};
 pub const SERVICE_PORT: u32 = 1025;
 /// How long a boot may take until the service accepts.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// [`READY_TIMEOUT`], or `KORE_BOOT_TIMEOUT_S` seconds (slow hosts; tests of a hung guest).
+pub fn ready_timeout() -> Duration {
+    std::env::var("KORE_BOOT_TIMEOUT_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(READY_TIMEOUT, Duration::from_secs)
+}
 /// How to boot.
 #[derive(Debug, Clone)]
 pub struct BootOptions {
@@ -183,9 +191,11 @@ impl VmAppliance {
                     "the Kore guest {how} before its service was ready; console:\n{tail}"
                 )));
             }
-            if started.elapsed() > READY_TIMEOUT {
+            let limit = ready_timeout();
+            if started.elapsed() > limit {
                 return Err(LaunchError::Other(format!(
-                    "the Kore guest did not accept on vsock port {SERVICE_PORT} within {READY_TIMEOUT:?}"
+                    "the Kore guest did not accept on vsock port {SERVICE_PORT} within {limit:?}; \
+                     it hangs or the host is very slow (KORE_BOOT_TIMEOUT_S waits longer)"
                 )));
             }
         }
@@ -300,8 +310,14 @@ pub fn connect_service(socket: &Path) -> Result<UnixStream> {
     vsock::connect(socket, SERVICE_PORT).map_err(|e| LaunchError::Other(e.to_string()))
 }
 
-/// Whether a connect failure means "not yet": the socket is not there or the
-/// guest does not listen on the port yet.
+/// Whether a connect failure means "not yet": the socket is not there, the
+/// guest does not listen on the port yet, or it has not answered the
+/// handshake in time (a busy or hung guest: the boot timeout decides).
 fn is_not_yet(e: &ConnectError) -> bool {
-    matches!(e, ConnectError::Socket { .. } | ConnectError::Refused { .. })
+    use std::io::ErrorKind::{TimedOut, WouldBlock};
+    match e {
+        ConnectError::Socket { .. } | ConnectError::Refused { .. } => true,
+        ConnectError::Io(io) => matches!(io.kind(), WouldBlock | TimedOut),
+        _ => false,
+    }
 }

@@ -60,10 +60,11 @@ pub fn run(args: UpArgs, verbose: u8) -> Result<()> {
         cmd.spawn().map_err(|e| LaunchError::Other(format!("cannot start the daemon: {e}")))?;
     let started = std::time::Instant::now();
     loop {
-        if started.elapsed() > crate::appliance::vm::READY_TIMEOUT {
+        let limit = crate::appliance::vm::ready_timeout();
+        if started.elapsed() > limit {
             return Err(LaunchError::Other(format!(
                 "the appliance did not answer within {:?} (log: {}); `kore-launch down` stops it",
-                crate::appliance::vm::READY_TIMEOUT,
+                limit,
                 rt.log_file().display()
             )));
         }
