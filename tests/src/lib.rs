@@ -120,6 +120,12 @@ pub struct VmScratch {
     pub runtime: PathBuf,
 }
 
+impl Default for VmScratch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl VmScratch {
     /// Fails the test when /dev/kvm or the guest images are missing.
     pub fn new() -> VmScratch {

@@ -96,8 +96,7 @@ fn batch_through_the_vm_answers_every_line_in_order() {
         }
         let o = kore_env(&args, &runtime).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let rows = kore_e2e::read_jsonl(out);
-        rows
+        kore_e2e::read_jsonl(out)
     };
     let vm = run(&out_vm, false);
     let native = run(&out_native, true);
