@@ -17,65 +17,23 @@ use super::config::{cmd, BarSpec, ConfigSpace};
 use super::msix::{MsiSink, Msix};
 use super::PciDevice;
 
-/// PCI vendor ID.
-pub const VENDOR: u16 = 0x1234;
-/// PCI device ID ("KD").
-pub const DEVICE: u16 = 0x4b44;
-/// Register window (BAR0) and MSI-X window (BAR2) size.
-pub const BAR_SIZE: u64 = 0x1000;
-/// Offset of the PBA in BAR2.
-pub const PBA_OFFSET: u64 = 0x800;
-/// `MAGIC` register value ("KDMA").
-pub const MAGIC: u32 = 0x414d_444b;
-/// Largest copy.
-pub const MAX_LEN: u64 = 64 << 20;
-
-/// BAR0 register offsets.
-pub mod regs {
-    /// u32 RO magic.
-    pub const MAGIC: u64 = 0x00;
-    /// u32 RO version.
-    pub const VERSION: u64 = 0x04;
-    /// u64 RW source address.
-    pub const SRC: u64 = 0x08;
-    /// u64 RW destination address.
-    pub const DST: u64 = 0x10;
-    /// u64 RW length.
-    pub const LEN: u64 = 0x18;
-    /// u32 WO doorbell (write 1).
-    pub const DOORBELL: u64 = 0x20;
-    /// u32 RO status.
-    pub const STATUS: u64 = 0x24;
-    /// u32 RO error code.
-    pub const ERROR: u64 = 0x28;
-    /// u64 RO finished copies.
-    pub const COMPLETED: u64 = 0x30;
-}
-
-/// `STATUS` values.
-pub mod status {
-    /// Nothing started yet.
-    pub const IDLE: u32 = 0;
-    /// A copy is running (never seen: copies finish inside the doorbell write).
-    pub const BUSY: u32 = 1;
-    /// The last copy finished.
-    pub const DONE: u32 = 2;
-    /// The last copy was refused (see `ERROR`).
-    pub const ERROR: u32 = 3;
-}
+use kore_boot_abi::kore_dma::error;
+pub use kore_boot_abi::kore_dma::{
+    reg as regs, status, BAR_SIZE, DEVICE, MAGIC, MAX_LEN, PBA_OFFSET, VENDOR, VERSION,
+};
 
 /// `ERROR` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum DmaError {
     /// The source range is not inside guest RAM.
-    Source = 1,
+    Source = error::SOURCE_NOT_RAM,
     /// The destination range is not inside writable guest RAM.
-    Destination = 2,
+    Destination = error::DESTINATION_NOT_RAM,
     /// `LEN` is 0 or above 64 MiB.
-    Length = 3,
+    Length = error::BAD_LENGTH,
     /// Bus Master Enable is off.
-    BusMaster = 4,
+    BusMaster = error::BUS_MASTER_DISABLED,
 }
 
 /// What DMA may touch: guest RAM, with ranges readable and writable.
@@ -150,7 +108,7 @@ impl KoreDma {
 
     fn qword(&self, at: u64) -> u64 {
         match at {
-            regs::MAGIC => u64::from(MAGIC) | 1 << 32,
+            regs::MAGIC => u64::from(MAGIC) | u64::from(VERSION) << 32,
             regs::SRC => self.src,
             regs::DST => self.dst,
             regs::LEN => self.len,

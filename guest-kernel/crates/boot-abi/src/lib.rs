@@ -64,6 +64,7 @@
 #![forbid(unsafe_code)]
 
 pub mod entry;
+pub mod kore_dma;
 pub mod layout;
 pub mod ports;
 pub mod virtio;

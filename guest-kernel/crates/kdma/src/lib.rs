@@ -14,40 +14,13 @@ use kore_pci::msix::Mmio;
 #[cfg(test)]
 mod tests;
 
-/// PCI vendor id.
-pub const VENDOR_ID: u16 = 0x1234;
-/// PCI device id.
-pub const DEVICE_ID: u16 = 0x4b44;
-/// The MAGIC register's value ("KDMA").
-pub const MAGIC: u32 = 0x414d_444b;
-/// The VERSION this driver speaks.
-pub const VERSION: u32 = 1;
-/// Largest copy the device accepts.
-pub const MAX_LEN: u64 = 64 << 20;
-/// BAR holding the registers.
-pub const REGS_BAR: u8 = 0;
+use kore_boot_abi::kore_dma::{error, status};
+pub use kore_boot_abi::kore_dma::{reg, MAGIC, MAX_LEN, REGS_BAR, VERSION};
 
-/// Register offsets in BAR0 (little endian).
-pub mod reg {
-    /// u32, read-only: [`super::MAGIC`].
-    pub const MAGIC: u64 = 0x00;
-    /// u32, read-only: [`super::VERSION`].
-    pub const VERSION: u64 = 0x04;
-    /// u64: source address.
-    pub const SRC: u64 = 0x08;
-    /// u64: destination address.
-    pub const DST: u64 = 0x10;
-    /// u64: length in bytes (1..=64 MiB).
-    pub const LEN: u64 = 0x18;
-    /// u32, write-only: 1 starts a copy.
-    pub const DOORBELL: u64 = 0x20;
-    /// u32, read-only: see [`super::Status`].
-    pub const STATUS: u64 = 0x24;
-    /// u32, read-only: see [`super::DeviceError`].
-    pub const ERROR: u64 = 0x28;
-    /// u64, read-only: copies finished (done or error).
-    pub const COMPLETED: u64 = 0x30;
-}
+/// PCI vendor id.
+pub const VENDOR_ID: u16 = kore_boot_abi::kore_dma::VENDOR;
+/// PCI device id.
+pub const DEVICE_ID: u16 = kore_boot_abi::kore_dma::DEVICE;
 
 /// The STATUS register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,10 +40,10 @@ pub enum Status {
 impl Status {
     fn from_u32(v: u32) -> Self {
         match v {
-            0 => Self::Idle,
-            1 => Self::Busy,
-            2 => Self::Done,
-            3 => Self::Error,
+            status::IDLE => Self::Idle,
+            status::BUSY => Self::Busy,
+            status::DONE => Self::Done,
+            status::ERROR => Self::Error,
             v => Self::Unknown(v),
         }
     }
@@ -99,12 +72,12 @@ impl DeviceError {
     /// Decodes the ERROR register.
     pub fn from_u32(v: u32) -> Self {
         match v {
-            0 => Self::None,
-            1 => Self::SourceNotRam,
-            2 => Self::DestinationNotRam,
-            3 => Self::BadLength,
-            4 => Self::BusMasterDisabled,
-            5 => Self::Busy,
+            error::NONE => Self::None,
+            error::SOURCE_NOT_RAM => Self::SourceNotRam,
+            error::DESTINATION_NOT_RAM => Self::DestinationNotRam,
+            error::BAD_LENGTH => Self::BadLength,
+            error::BUS_MASTER_DISABLED => Self::BusMasterDisabled,
+            error::BUSY => Self::Busy,
             v => Self::Unknown(v),
         }
     }
