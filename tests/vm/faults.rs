@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output};
 
-fn kore(rt: &Path, args: &[&str]) -> Command {
+fn kore<S: AsRef<std::ffi::OsStr>>(rt: &Path, args: &[S]) -> Command {
     let mut cmd = Command::new(kore_e2e::kore_launch());
     cmd.args(args).env_remove("KORE_APPLIANCE").env("KORE_RUNTIME_DIR", rt);
     cmd
@@ -35,23 +35,31 @@ fn hugepages_free() -> u64 {
     s.ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }
 
+/// `generate` on the default pack with the test image in place of the
+/// appliance, told `fault` on its command line (plus `env`).
+fn generate_with_fault(rt: &Path, fault: &str, env: &[(&str, &str)]) -> Output {
+    let images = kore_e2e::guest_images();
+    let pack = kore_e2e::tiny_pack();
+    let mut cmd = kore(rt, &generate_args(&pack));
+    cmd.env("KORE_GUEST_KERNEL", &images.kernel)
+        .env("KORE_GUEST_IMAGE", &images.test_image)
+        .env("KORE_GUEST_CMDLINE_APPEND", fault);
+    cmd.envs(env.iter().copied()).output().unwrap()
+}
+
+fn generate_args(pack: &Path) -> Vec<String> {
+    let p = pack.to_str().unwrap().to_string();
+    ["generate", "--model", &p, "--prompt", "KING.", "--max-tokens", "2"].map(String::from).to_vec()
+}
+
 #[test]
 fn a_guest_that_panics_while_booting_is_reported_and_cleaned_up() {
     kore_e2e::require_kvm();
-    let images = kore_e2e::guest_images();
     let dir = tempfile::tempdir().unwrap();
     let rt = dir.path().join("rt");
-    let pack = kore_e2e::tiny_pack();
-    let args =
-        ["generate", "--model", pack.to_str().unwrap(), "--prompt", "KING.", "--max-tokens", "2"];
     let free = hugepages_free();
 
-    let out = kore(&rt, &args)
-        .env("KORE_GUEST_KERNEL", &images.kernel)
-        .env("KORE_GUEST_IMAGE", &images.test_image)
-        .env("KORE_GUEST_CMDLINE_APPEND", "fault=panic")
-        .output()
-        .unwrap();
+    let out = generate_with_fault(&rt, "fault=panic", &[]);
     let err = one_error_line(&out);
     assert!(err.contains("the Kore guest exited with status 101"), "{err}");
     let said = String::from_utf8_lossy(&out.stderr);
@@ -65,37 +73,38 @@ fn a_guest_that_panics_while_booting_is_reported_and_cleaned_up() {
     }
     assert!(hugepages_free() >= free, "hugepages not released: {free} -> {}", hugepages_free());
 
-    let ok = kore(&rt, &args).output().unwrap();
+    let ok = kore(&rt, &generate_args(&kore_e2e::tiny_pack())).output().unwrap();
     assert!(ok.status.success(), "the next boot: {}", String::from_utf8_lossy(&ok.stderr));
 }
 
 #[test]
 fn a_guest_that_hangs_while_booting_times_out_and_is_stopped() {
     kore_e2e::require_kvm();
-    let images = kore_e2e::guest_images();
     let dir = tempfile::tempdir().unwrap();
     let rt = dir.path().join("rt");
-    let pack = kore_e2e::tiny_pack();
-    let args =
-        ["generate", "--model", pack.to_str().unwrap(), "--prompt", "KING.", "--max-tokens", "2"];
     let started = std::time::Instant::now();
-    let out = kore(&rt, &args)
-        .env("KORE_GUEST_KERNEL", &images.kernel)
-        .env("KORE_GUEST_IMAGE", &images.test_image)
-        .env("KORE_GUEST_CMDLINE_APPEND", "fault=hang")
-        .env("KORE_BOOT_TIMEOUT_S", "3")
-        .output()
-        .unwrap();
+    let out = generate_with_fault(&rt, "fault=hang", &[("KORE_BOOT_TIMEOUT_S", "3")]);
     let err = one_error_line(&out);
     assert!(err.contains("did not accept") && err.contains("hangs"), "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
     assert!(empty(&rt), "runtime files left behind after the hang");
-    let left = Command::new("pgrep").args(["-f", "kore-launch vmm-process"]).output().unwrap();
-    let pids = String::from_utf8_lossy(&left.stdout).to_string();
-    for pid in pids.split_whitespace() {
-        let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        assert!(!ppid.is_empty() && !ppid.contains(") Z"), "VMM {pid} left running");
-    }
+    let ours = vmm_processes_of(&rt);
+    assert!(ours.is_empty(), "VMM processes left running: {ours:?}");
+}
+
+/// Live `kore-launch vmm-process` processes started with runtime directory `rt`.
+fn vmm_processes_of(rt: &Path) -> Vec<String> {
+    let want = format!("KORE_RUNTIME_DIR={}", rt.display());
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+            cmdline.split(|&b| b == 0).any(|a| a == b"vmm-process")
+                && env.split(|&b| b == 0).any(|v| v == want.as_bytes())
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 #[test]

@@ -115,7 +115,7 @@ fn start(
 
 /// Drops root, dies with the parent, filters the main thread.
 fn confine_process(ids: Option<(u32, u32)>, c: &mut Confinement, filters: ThreadFilters) {
-    match sandbox::drop_privileges(ids, false) {
+    match sandbox::drop_privileges(ids) {
         Ok(d) => d.warnings.into_iter().for_each(warn),
         Err(e) => warn(format!("the VMM keeps its privileges: {e}")),
     }
@@ -190,17 +190,12 @@ fn current_ids() -> (u32, u32) {
     unsafe { (libc::getuid(), libc::getgid()) }
 }
 
-/// New network and mount namespaces, while the process has one thread; an
-/// ordinary user gets them inside a new user namespace (where the host
-/// allows unprivileged user namespaces). File access keeps the user's own
-/// ids and groups (`/dev/kvm` through group `kvm`).
+/// New network and mount namespaces while the process has one thread (a
+/// user namespace too for an ordinary user); a warning when refused.
 fn enter_namespaces(root: bool) -> bool {
-    let user = if root { 0 } else { libc::CLONE_NEWUSER };
-    // SAFETY: unshare takes flags only and fails cleanly when not allowed.
-    match unsafe { libc::unshare(user | libc::CLONE_NEWNET | libc::CLONE_NEWNS) } {
-        0 => true,
-        _ => {
-            let e = std::io::Error::last_os_error();
+    match sandbox::enter_namespaces(!root) {
+        Ok(()) => true,
+        Err(e) => {
             warn(format!("the VMM keeps the host's network and mount namespaces (unshare: {e})"));
             false
         }

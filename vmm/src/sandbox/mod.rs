@@ -17,7 +17,7 @@
 pub mod privileges;
 pub mod seccomp;
 
-pub use privileges::{drop_privileges, Dropped, PrivilegeError};
+pub use privileges::{drop_privileges, enter_namespaces, Dropped, PrivilegeError};
 pub use seccomp::{apply, filter, SeccompError, ThreadFilters, ThreadKind};
 
 #[cfg(test)]

@@ -40,8 +40,6 @@ pub struct Dropped {
     pub uid: u32,
     /// See `uid`.
     pub gid: u32,
-    /// True if new network and mount namespaces were entered.
-    pub namespaces: bool,
     /// Steps the host did not allow, one line each.
     pub warnings: Vec<String>,
 }
@@ -66,14 +64,19 @@ fn os_err(ret: libc::c_int) -> Result<(), std::io::Error> {
     }
 }
 
-/// Gives up what the VMM no longer needs. `namespaces`: also enter new
-/// network and mount namespaces (only possible while the process has one
-/// thread). When the effective uid is root, switches to `ids` (default
-/// [`unprivileged_ids`]) for all threads.
-pub fn drop_privileges(
-    ids: Option<(u32, u32)>,
-    namespaces: bool,
-) -> Result<Dropped, PrivilegeError> {
+/// Enters new network and mount namespaces (inside a new user namespace
+/// when `user`, for an ordinary user). Only possible while the process has
+/// one thread; file access keeps the caller's own ids and groups.
+pub fn enter_namespaces(user: bool) -> std::io::Result<()> {
+    let user = if user { libc::CLONE_NEWUSER } else { 0 };
+    // SAFETY: unshare takes flags only and fails cleanly when not allowed.
+    os_err(unsafe { libc::unshare(user | libc::CLONE_NEWNET | libc::CLONE_NEWNS) })
+}
+
+/// Gives up what the VMM no longer needs. When the effective uid is root,
+/// switches to `ids` (default [`unprivileged_ids`]) for all threads; an
+/// ordinary user keeps its uid (that is no degradation, so no warning).
+pub fn drop_privileges(ids: Option<(u32, u32)>) -> Result<Dropped, PrivilegeError> {
     let mut out = Dropped::default();
     // SAFETY: prctl with PR_SET_DUMPABLE takes an integer argument only.
     if let Err(e) = os_err(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) }) {
@@ -81,21 +84,10 @@ pub fn drop_privileges(
     }
     set_limit(libc::RLIMIT_CORE, 0, &mut out);
     set_limit(libc::RLIMIT_NOFILE, MAX_OPEN_FILES, &mut out);
-    if namespaces {
-        // SAFETY: unshare takes flags only; it fails cleanly when not allowed.
-        match os_err(unsafe { libc::unshare(libc::CLONE_NEWNET | libc::CLONE_NEWNS) }) {
-            Ok(()) => out.namespaces = true,
-            Err(e) => out.warnings.push(format!(
-                "the VMM keeps the host's network and mount namespaces (unshare: {e})"
-            )),
-        }
-    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let (uid, gid) = ids.unwrap_or_else(unprivileged_ids);
         become_user(uid, gid)?;
-    } else {
-        out.warnings.push("not started as root: the uid stays as it is".into());
     }
     // SAFETY: getuid/getgid have no preconditions.
     (out.uid, out.gid) = unsafe { (libc::getuid(), libc::getgid()) };
