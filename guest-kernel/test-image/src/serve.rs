@@ -5,7 +5,8 @@
 //! * `sink`: reads and discards everything, then sends the byte count as decimal + `\n`;
 //! * `source:BYTES`: sends BYTES bytes of [`pattern`] and closes, ignoring what it reads.
 //!
-//! It returns once every connection was served and closed.
+//! It returns once every connection was served and closed, and the host acknowledged each
+//! close (its RST), so nothing the host has not yet delivered is lost when the guest exits.
 
 use alloc::vec::Vec;
 
@@ -74,8 +75,12 @@ pub fn run(port: u32, conns: usize, mode: Mode) -> Result<(), &'static str> {
         open.len() == conns && open.iter().all(|c| c.done)
     })
     .map_err(|_| "device error while serving")?;
-    // Flush the last SHUTDOWN/RST packets out before exiting.
-    while dev.poll().map_err(|_| "device error while closing")? {}
+    // A closed connection lives until the host's RST, which the device sends once it has
+    // written everything it buffered for the host client (or the client went away). Exiting
+    // earlier would power off with that tail undelivered, so wait for every RST (with no
+    // timer, unbounded: a client that neither reads nor closes keeps the guest here).
+    vsock::run_until(&mut dev, |d| d.sockets.conn_count() == 0)
+        .map_err(|_| "device error while closing")?;
     let read: usize = open.iter().map(|c| c.read).sum();
     let sent: usize = open.iter().map(|c| c.sent).sum();
     if mode == Mode::Echo {
