@@ -1,46 +1,5 @@
-//! `kore-launch`: the host tool that checks the host, boots the Kore appliance
-//! and lets a person or a script talk to it. The command-line surface follows
-//! the shared contract (`CONTRACT.md`); each command lives in `cmd/`.
-
-mod appliance;
-mod cli;
-mod client;
-mod cmd;
-mod config;
-mod engine_options;
-mod error;
-mod host;
-mod model;
-mod pack_check;
-mod serve;
-mod term;
-
-use clap::Parser;
+//! `kore-launch`: the binary; everything lives in the library (`src/lib.rs`).
 
 fn main() {
-    let cli = cli::Cli::parse();
-    init_tracing(cli.verbose);
-    if let Err(err) = config::init(cli.config.as_deref(), cli.guest_cpu, cli.vf.clone()) {
-        let err = error::LaunchError::from(err);
-        eprintln!("kore-launch: error: {err}");
-        std::process::exit(err.exit_code());
-    }
-    if let Err(err) = engine_options::init().and_then(|()| cmd::run(cli)) {
-        eprintln!("kore-launch: error: {err}");
-        std::process::exit(err.exit_code());
-    }
-}
-
-/// Logs go to stderr; `-v` turns on info, `-vv` debug, `RUST_LOG` overrides.
-fn init_tracing(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    kore_launch::main();
 }

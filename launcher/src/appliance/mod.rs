@@ -82,6 +82,12 @@ impl Appliance {
         Ok(Appliance { kind: Kind::Native(native::spawn(model, context)?), own_dir: None })
     }
 
+    /// An appliance over a service already running on a thread of this process (the fuzz
+    /// harness's service over the fake engine).
+    pub fn in_process(service: ServiceHandle) -> Appliance {
+        Appliance { kind: Kind::Native(service), own_dir: None }
+    }
+
     /// Boots the Kore VM for one command: `pack` preloaded, vCPUs, memory and
     /// page size from `settings`, the socket in a private directory under
     /// `settings.runtime_dir` (removed on shutdown). Returns once the guest

@@ -75,6 +75,16 @@ impl ApiError {
         )
     }
 
+    /// 405 for a known path asked with a method it does not serve.
+    pub fn wrong_method(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            "method_not_allowed",
+            format!("{path} does not serve {method}: the /v1 endpoints take POST, the others GET"),
+        )
+    }
+
     /// A body that could not be read or parsed, with the status axum chose
     /// (400, 413 past the size limit, 415 ...).
     pub fn body(status: StatusCode, why: String) -> Self {

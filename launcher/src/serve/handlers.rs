@@ -183,6 +183,11 @@ pub async fn fallback(uri: Uri) -> ApiError {
     ApiError::no_route(uri.path())
 }
 
+/// Known paths asked with another method: 405 in OpenAI's shape (axum's own has no body).
+pub async fn wrong_method(method: axum::http::Method, uri: Uri) -> ApiError {
+    ApiError::wrong_method(method.as_str(), uri.path())
+}
+
 /// Requires `Authorization: Bearer KEY` when the server has a key.
 pub async fn auth(State(s): Shared, req: Request, next: Next) -> Response {
     if let Some(key) = &s.api_key {

@@ -96,6 +96,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/chat.js", get(web::script))
         .route("/chat.css", get(web::style))
         .fallback(handlers::fallback)
+        .method_not_allowed_fallback(handlers::wrong_method)
         .layer(axum::middleware::from_fn_with_state(state.clone(), handlers::count))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
