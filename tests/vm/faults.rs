@@ -4,6 +4,9 @@
 //!   `KORE_GUEST_CMDLINE_APPEND=fault=panic`, in place of the appliance);
 //! - the guest hangs during boot (`fault=hang`): the boot ends after
 //!   `KORE_BOOT_TIMEOUT_S`, naming the hang, and the VMM process is gone;
+//! - the guest hangs in the middle of an answer (`fault=hang-answer`): the
+//!   launcher's watchdog probes it, names the hang after `KORE_HANG_TIMEOUT_S`
+//!   and the VMM is stopped;
 //! - the disk fills up under `batch`'s output (a 64 KiB tmpfs): the rows
 //!   written so far stay in OUT.partial and a rerun elsewhere completes.
 //!
@@ -90,6 +93,41 @@ fn a_guest_that_hangs_while_booting_times_out_and_is_stopped() {
     assert!(empty(&rt), "runtime files left behind after the hang");
     let ours = vmm_processes_of(&rt);
     assert!(ours.is_empty(), "VMM processes left running: {ours:?}");
+}
+
+#[test]
+fn a_guest_that_hangs_in_the_middle_of_an_answer_is_noticed_and_stopped() {
+    kore_e2e::require_kvm();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = dir.path().join("rt");
+    let started = std::time::Instant::now();
+    // Bounded: without the watchdog `generate` would wait forever.
+    let images = kore_e2e::guest_images();
+    let mut child = kore(&rt, &generate_args(&kore_e2e::tiny_pack()))
+        .env("KORE_GUEST_KERNEL", &images.kernel)
+        .env("KORE_GUEST_IMAGE", &images.test_image)
+        .env("KORE_GUEST_CMDLINE_APPEND", "fault=hang-answer")
+        .env("KORE_HANG_TIMEOUT_S", "3")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("generate still waits on a hung guest after 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = one_error_line(&out);
+    assert!(err.contains("the appliance stopped answering") && err.contains("hung"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
+    assert!(empty(&rt), "runtime files left behind after the hang");
+    let ours = vmm_processes_of(&rt);
+    assert!(ours.is_empty(), "VMM processes left running: {ours:?}");
+    let ok = kore(&rt, &generate_args(&kore_e2e::tiny_pack())).output().unwrap();
+    assert!(ok.status.success(), "the next boot: {}", String::from_utf8_lossy(&ok.stderr));
 }
 
 /// Live `kore-launch vmm-process` processes started with runtime directory `rt`.

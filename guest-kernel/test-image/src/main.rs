@@ -5,7 +5,8 @@
 //! HLT by IPI), and (command line `echo=PORT [conns=N] [vsock_mode=...]`) serves N vsock connections at once
 //! (see [`serve`]). The command line picks
 //! extra modes: `fault=pf` touches kernel memory (the test expects the exception report),
-//! `fault=panic` panics, `fault=hang` spins forever, `fault=pci-window` reads the PCI BAR window outside any BAR,
+//! `fault=panic` panics, `fault=hang` spins forever, `fault=hang-answer` serves the
+//! appliance's port until the first request, then spins mid-answer ([`hang`]), `fault=pci-window` reads the PCI BAR window outside any BAR,
 //! `test=pci-dma` runs DMA copies on the VMM's kore-dma PCI device
 //! ([`pci_dma`]), `test=pci-evil` abuses it ([`pci_evil`]). Exit status 0 means every check passed; the console says what failed.
 #![no_std]
@@ -18,6 +19,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use kore_rt::{clock, println, smp};
 
+mod hang;
 mod pci_dma;
 mod pci_evil;
 mod pcidev;
@@ -51,6 +53,7 @@ fn main() -> u32 {
                     core::hint::spin_loop();
                 }
             }
+            "fault=hang-answer" => hang::run(),
             "fault=pci-window" => {
                 let a = kore_rt::abi::layout::PCI_MMIO32_BASE + (128 << 20);
                 // SAFETY: deliberately reads the PCI BAR window outside any mapped BAR: with a

@@ -22,6 +22,7 @@ pub mod import;
 pub mod native;
 pub mod vm;
 pub mod vmm_process;
+pub mod watchdog;
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -193,8 +194,8 @@ impl Appliance {
                 let (reader, writer) = h.connect().into_split();
                 Ok(Connection { reader: Box::new(reader), writer: Box::new(writer) })
             }
-            Kind::Vm(v) => unix_connection(v.connect()?),
-            Kind::Attached(socket) => unix_connection(vm::connect_service(socket)?),
+            Kind::Vm(v) => unix_connection(v.connect()?, v.socket()),
+            Kind::Attached(socket) => unix_connection(vm::connect_service(socket)?, socket),
         }
     }
 
@@ -260,11 +261,14 @@ impl Drop for Appliance {
 }
 
 /// Splits a socket into the client's halves; dropping the writer shuts down
-/// the write side (end-of-stream for the service).
-fn unix_connection(stream: UnixStream) -> Result<Connection> {
-    let reader = stream
-        .try_clone()
-        .map_err(|source| LaunchError::Io { path: "vsock socket".into(), source })?;
+/// the write side (end-of-stream for the service). The reading half is
+/// watched: a long silence makes it probe whether the appliance at `socket`
+/// still answers, and a hung one ends the read with an error ([`watchdog`]).
+fn unix_connection(stream: UnixStream, socket: &Path) -> Result<Connection> {
+    let io = |source| LaunchError::Io { path: "vsock socket".into(), source };
+    let reader = stream.try_clone().map_err(io)?;
+    let reader =
+        watchdog::WatchedReader::new(reader, watchdog::Watchdog::for_socket(socket)).map_err(io)?;
     Ok(Connection { reader: Box::new(reader), writer: Box::new(ShutOnDrop(stream)) })
 }
 
