@@ -28,16 +28,23 @@
 #    `kore-launch bench --native --model PACK --threads T --mtp 0 --json`
 #    (prefill_tok_per_s: 512-token prompt; decode_tok_per_s: 128 tokens after it) and
 #    `llama-bench -m GGUF -t T -p 512 -n 128 -r 1 -o json` (pp512, tg128 from an empty
-#    context). Prints every figure per round with the load average around each run, the
-#    ratios ours / each llama.cpp GGUF and their medians, and the weight bytes a decode
-#    step reads on both sides (Kore: weight_bytes_per_step; GGUF: every tensor but an
-#    untied embedding, bench_llamacpp_types.py --bytes-per-token).
+#    context). Prints every figure per round with the load average around each run, each
+#    engine's median prefill and decode, the ratios ours / each llama.cpp GGUF and their
+#    medians, the host's read bandwidth (Kore's probe, measured_read_gbps, before each of
+#    its rounds) and the weight bytes a decode step reads on both sides (Kore:
+#    weight_bytes_per_step; GGUF: every tensor but an untied embedding,
+#    bench_llamacpp_types.py --bytes-per-token). Another process on the cores distorts
+#    llama.cpp most: its OpenMP threads spin at a barrier after every op, and one
+#    descheduled thread stalls the other (2b decode fell from 20 to 0.7-2.2 tok/s here).
 #
 # Environment: KORE_BENCH_WORK (work dir, default /work/packs/llamacpp), LLAMA_CPP_DIR,
 # LLAMA_BUILD_DIR (default $LLAMA/build), LLAMA_CMAKE_FLAGS (default -DGGML_NATIVE=ON),
 # LLAMA_CPP_PYTHON_VERSION (default 0.3.36), KORE_LAUNCH (a kore-launch binary; default:
 # `cargo build --release -p kore-launch` in this repo), KORE_BENCH_NVFP4=1. Needs python3
 # with torch, numpy and transformers (the converter's imports), cmake and a C++ compiler.
+# torch: the converter imports it at the top and loads every tensor through it, so it is
+# needed; PyPI has only the CUDA build (`pip install torch`: about 4 GB with its nvidia-*
+# wheels; `--no-deps` does not import), which runs on the CPU as well.
 set -euo pipefail
 
 PACK=$(cd "${1:?usage: bench_llamacpp.sh PACK [THREADS] [ROUNDS]}" && pwd)
@@ -172,20 +179,28 @@ print(f"threads {threads}; run files in {out}")
 print("| round | engine | prefill tok/s | decode tok/s | ours / it: prefill | ours / it: decode | load avg (1 min) |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 ratios = {e: ([], []) for e in llamas}
-kbytes, info = 0, {}
+speeds = {e: ([], []) for e in engines}
+kbytes, info, gbps = 0, {}, []
 for r in range(1, rounds + 1):
     k = json.loads(open(f"{out}/kore-{r}.json").read())
     kp, kd, kbytes = k["prefill_tok_per_s"], k["decode_tok_per_s"], k["weight_bytes_per_step"]
+    speeds["kore"][0].append(kp); speeds["kore"][1].append(kd); gbps.append(k["measured_read_gbps"])
     print(f"| {r} | Kore ({k['kernels']}) | {kp:.2f} | {kd:.3f} | | | {load('kore', r)} |")
     for e in llamas:
         ll = json.load(open(f"{out}/{e}-{r}.json"))
         pp = next(x["avg_ts"] for x in ll if x["n_prompt"] > 0 and x["n_gen"] == 0)
         tg = next(x["avg_ts"] for x in ll if x["n_gen"] > 0 and x["n_prompt"] == 0)
+        speeds[e][0].append(pp); speeds[e][1].append(tg)
         ratios[e][0].append(kp / pp); ratios[e][1].append(kd / tg)
         info = ll[0]
         print(f"| {r} | llama.cpp {e} | {pp:.2f} | {tg:.3f} | {kp/pp:.3f} | {kd/tg:.3f} | {load(e, r)} |")
 print(f"weight bytes per decode step: Kore {int(kbytes) / 1e9:.3f} GB; "
       + "; ".join(f"llama.cpp {e} {int(nbytes[e]) / 1e9:.3f} GB" for e in llamas))
+print("host read bandwidth (Kore's probe before each of its rounds, GB/s): "
+      + ", ".join(f"{g:.1f}" for g in gbps))
+for e in engines:
+    p, d = speeds[e]
+    print(f"median {e}: prefill {statistics.median(p):.2f} tok/s, decode {statistics.median(d):.3f} tok/s")
 for e in llamas:
     p, d = ratios[e]
     print(f"median ratio ours / llama.cpp {e}: prefill {statistics.median(p):.3f}, decode {statistics.median(d):.3f}")
