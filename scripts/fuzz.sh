@@ -16,6 +16,8 @@
 # missing (KORE_FUZZ_TOOLCHAIN, default `nightly`). Run several targets at once by starting
 # the script once per target. KORE_FUZZ_RSS_MB is the memory limit of
 # one input (default 2048: more counts as a crash, e.g. an allocation sized by the input).
+# KORE_FUZZ_TIMEOUT_S is libFuzzer's per-input timeout (default 20 s, wall clock: raise it
+# when the campaign may be paused with SIGSTOP, or a paused input is reported as a timeout).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,7 +58,7 @@ run_one() {
     before=$(find "$artifacts" -type f | wc -l)
     local status=0
     cargo "+$TOOLCHAIN" fuzz run -O "$t" "$corpus" "$seeds" -- \
-        -max_total_time="$secs" -timeout=20 -rss_limit_mb="${KORE_FUZZ_RSS_MB:-2048}" -print_final_stats=1 \
+        -max_total_time="$secs" -timeout="${KORE_FUZZ_TIMEOUT_S:-20}" -rss_limit_mb="${KORE_FUZZ_RSS_MB:-2048}" -print_final_stats=1 \
         -artifact_prefix="$artifacts/" >"$log" 2>&1 || status=$?
     local crashes=$(( $(find "$artifacts" -type f | wc -l) - before ))
     local last execs
