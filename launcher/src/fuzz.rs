@@ -35,6 +35,8 @@ const KEY: &str = "fuzz-key";
 const ANSWER_MAX: usize = 64 << 20;
 
 struct Harness {
+    /// `KORE_FUZZ_TRACE` is set.
+    trace: bool,
     runtime: tokio::runtime::Runtime,
     open: Router,
     keyed: Router,
@@ -56,6 +58,7 @@ fn server(api_key: Option<&str>) -> Router {
 fn harness() -> &'static Harness {
     static HARNESS: OnceLock<Harness> = OnceLock::new();
     HARNESS.get_or_init(|| Harness {
+        trace: std::env::var_os("KORE_FUZZ_TRACE").is_some(),
         runtime: tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -86,7 +89,7 @@ pub fn http_api(data: &[u8]) {
         let body = body.expect("the answer body can be read");
         let content_type =
             head.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-        if std::env::var_os("KORE_FUZZ_TRACE").is_some() {
+        if h.trace {
             eprintln!("{} {content_type} {}", head.status, String::from_utf8_lossy(&body));
         }
         check(head.status, content_type, &body);

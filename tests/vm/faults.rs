@@ -39,15 +39,30 @@ fn hugepages_free() -> u64 {
 }
 
 /// `generate` on the default pack with the test image in place of the
-/// appliance, told `fault` on its command line (plus `env`).
+/// appliance, told `fault` on its command line (plus `env`). Bounded: a
+/// `generate` still running after 120 s (a hang nobody noticed) is killed and
+/// the test fails.
 fn generate_with_fault(rt: &Path, fault: &str, env: &[(&str, &str)]) -> Output {
     let images = kore_e2e::guest_images();
     let pack = kore_e2e::tiny_pack();
-    let mut cmd = kore(rt, &generate_args(&pack));
-    cmd.env("KORE_GUEST_KERNEL", &images.kernel)
+    let mut child = kore(rt, &generate_args(&pack))
+        .env("KORE_GUEST_KERNEL", &images.kernel)
         .env("KORE_GUEST_IMAGE", &images.test_image)
-        .env("KORE_GUEST_CMDLINE_APPEND", fault);
-    cmd.envs(env.iter().copied()).output().unwrap()
+        .env("KORE_GUEST_CMDLINE_APPEND", fault)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("generate with {fault} still runs after 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.wait_with_output().unwrap()
 }
 
 fn generate_args(pack: &Path) -> Vec<String> {
@@ -101,25 +116,8 @@ fn a_guest_that_hangs_in_the_middle_of_an_answer_is_noticed_and_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let rt = dir.path().join("rt");
     let started = std::time::Instant::now();
-    // Bounded: without the watchdog `generate` would wait forever.
-    let images = kore_e2e::guest_images();
-    let mut child = kore(&rt, &generate_args(&kore_e2e::tiny_pack()))
-        .env("KORE_GUEST_KERNEL", &images.kernel)
-        .env("KORE_GUEST_IMAGE", &images.test_image)
-        .env("KORE_GUEST_CMDLINE_APPEND", "fault=hang-answer")
-        .env("KORE_HANG_TIMEOUT_S", "3")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > std::time::Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("generate still waits on a hung guest after 120 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let out = child.wait_with_output().unwrap();
+    // Without the watchdog `generate` would wait forever (generate_with_fault bounds it).
+    let out = generate_with_fault(&rt, "fault=hang-answer", &[("KORE_HANG_TIMEOUT_S", "3")]);
     let err = one_error_line(&out);
     assert!(err.contains("the appliance stopped answering") && err.contains("hung"), "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());

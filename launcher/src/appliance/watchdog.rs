@@ -72,19 +72,13 @@ impl Watchdog {
                         false => Err(hung("`info` on a new connection got no answer")),
                     }
                 }
-                // Busy guests accept late: the handshake timed out, try again.
+                // Busy guests accept late: the handshake timed out, so try again until the deadline.
                 Err(ConnectError::Io(e))
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-                    ) && Instant::now() < deadline => {}
-                Err(ConnectError::Io(e))
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-                    ) =>
+                    if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) =>
                 {
-                    return Err(hung("a new connection was not accepted"))
+                    if Instant::now() >= deadline {
+                        return Err(hung("a new connection was not accepted"));
+                    }
                 }
                 Err(e) => {
                     return Err(LaunchError::Other(format!(
