@@ -252,7 +252,8 @@ pub enum PackCommand {
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Storage of the output head (a tied model gets a separate copy for
-        /// q8/nvfp4); default q8 (docs/pack-format.md).
+        /// q8/nvfp4, an untied nvfp4 head a q8 copy that rescores its best
+        /// candidates); default nvfp4 (docs/pack-format.md).
         #[arg(long, value_enum)]
         head: Option<Head>,
     },
@@ -265,7 +266,7 @@ pub enum Head {
     Bf16,
     /// int8 with one f16 scale per 32 columns.
     Q8,
-    /// NVFP4, as the other linears.
+    /// NVFP4 as the other linears, its best candidates rescored exactly.
     Nvfp4,
 }
 
@@ -303,8 +304,8 @@ pub struct PackImportArgs {
     /// Context length recorded in pack.toml (default: the config's max_position_embeddings).
     #[arg(long)]
     pub context_length: Option<u64>,
-    /// Storage of the output head (default: bf16 with `--quant bf16` or
-    /// `--quantize ...,lm-head` meaning nvfp4, else q8).
+    /// Storage of the output head (default: bf16 with `--quant bf16`, else
+    /// nvfp4 with its best candidates rescored exactly; docs/pack-format.md).
     #[arg(long, value_enum)]
     pub head: Option<Head>,
 }

@@ -45,7 +45,7 @@ pub mod weights;
 pub use config::{ConfigError, LayerKind, ModelConfig};
 pub use generate::{generate, GenerateOptions, Generation, StopReason};
 pub use model::{BatchError, ForwardError, LoadError, Logits, Model, SeqInput};
-pub use model::{MtpError, MtpState};
+pub use model::{MtpError, MtpState, RESCORE_ROWS};
 pub use options::EngineOptions;
 pub use pool::{Parallel, Serial};
 pub use sampling::{Sampler, SamplingParams};

@@ -5,12 +5,16 @@
 //! - `q8`: int8 with one F16 scale per 32 columns (`weight` I8 `[V, H]`,
 //!   `weight_scale` F16 `[V, H/32]`), listed as `q8` in
 //!   `[quantization.modules]`; 1.0625 bytes per weight;
-//! - `nvfp4`: the NVFP4 layout of every other Linear; 0.5625 bytes per weight.
+//! - `nvfp4`: the NVFP4 layout of every other Linear; 0.5625 bytes per weight,
+//!   read in full each step as a screen whose best candidates exact weights
+//!   rescore (the engine's `RESCORE_ROWS`).
 //!
 //! A tied model with a `q8` or `nvfp4` head gets a separate `lm_head` copy
-//! quantized from the embedding, which stays BF16 and is read one row per
-//! token. The default ([`DEFAULT_HEAD`]) is chosen in docs/pack-format.md
-//! from the measured top-1 agreement with the bf16 head.
+//! quantized from the embedding, which stays BF16, is read one row per token
+//! and rescores the copy's candidates. An untied model with an `nvfp4` head
+//! also stores [`LM_HEAD_EXACT`], a `q8` copy that only rescores. The default
+//! ([`DEFAULT_HEAD`]) is chosen in docs/pack-format.md from the measured top-1
+//! agreement with the bf16 head and the bytes a step reads.
 
 use crate::config::{ExpectedTensor, LinearGroup, PackConfig, TensorKind};
 use crate::error::{PackError, Result};
@@ -28,6 +32,10 @@ pub use kore_engine::Q8_GROUP;
 /// The module name of the output head.
 pub const LM_HEAD: &str = "lm_head";
 
+/// The module name of an untied model's `q8` head copy that rescores an
+/// `nvfp4` head's best candidates.
+pub const LM_HEAD_EXACT: &str = "lm_head_exact";
+
 /// How a pack stores its output head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeadFormat {
@@ -40,7 +48,7 @@ pub enum HeadFormat {
 }
 
 /// The head `pack import` (when quantizing) and `pack synth` write by default.
-pub const DEFAULT_HEAD: HeadFormat = HeadFormat::Q8;
+pub const DEFAULT_HEAD: HeadFormat = HeadFormat::Nvfp4;
 
 impl HeadFormat {
     /// The flag value (`bf16`, `q8`, `nvfp4`).
@@ -74,7 +82,8 @@ impl FromStr for HeadFormat {
 }
 
 /// The tensors a pack must hold: the config's, plus a separate `lm_head`
-/// when the model is tied and `modules` lists a quantized head.
+/// when the model is tied and `modules` lists a quantized head, plus
+/// [`LM_HEAD_EXACT`] when the model is untied and `modules` lists it.
 pub fn expected_tensors(
     config: &PackConfig,
     modules: &BTreeMap<String, Scheme>,
@@ -83,7 +92,28 @@ pub fn expected_tensors(
     if config.tie_word_embeddings && modules.contains_key(LM_HEAD) {
         v.push(separate_head(config));
     }
+    if !config.tie_word_embeddings && modules.contains_key(LM_HEAD_EXACT) {
+        v.push(exact_head(config));
+    }
     v
+}
+
+/// Whether a pack of `config` whose head is stored as `head` carries an
+/// [`LM_HEAD_EXACT`] copy: an untied `nvfp4` head (a tied one is rescored by
+/// the embedding).
+pub fn stores_exact_copy(config: &PackConfig, head: HeadFormat) -> bool {
+    !config.tie_word_embeddings
+        && head == HeadFormat::Nvfp4
+        && config.hidden_size % Q8_GROUP as u64 == 0
+}
+
+/// The `lm_head_exact.weight` entry of an untied model's rescoring copy.
+pub fn exact_head(config: &PackConfig) -> ExpectedTensor {
+    ExpectedTensor {
+        name: format!("{LM_HEAD_EXACT}.weight"),
+        shape: vec![config.vocab_size, config.hidden_size],
+        kind: TensorKind::Linear(LinearGroup::LmHead),
+    }
 }
 
 /// The `lm_head.weight` entry of a tied model's separate head copy.

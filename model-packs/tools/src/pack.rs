@@ -299,12 +299,13 @@ fn check_quantized(
             format!("listed as NVFP4 but its input dimension {k} is not a multiple of {GROUP}"),
         ),
         Scheme::Q8 => (
-            k % q8_group == 0 && module == crate::head::LM_HEAD,
+            k % q8_group == 0
+                && (module == crate::head::LM_HEAD || module == crate::head::LM_HEAD_EXACT),
             vec![
                 ("weight", DType::I8, vec![n, k], true),
                 ("weight_scale", DType::F16, vec![n, k / q8_group], true),
             ],
-            format!("listed as q8, which only `lm_head` with a multiple of {q8_group} columns may be (input dimension {k})"),
+            format!("listed as q8, which only `lm_head` or `lm_head_exact` with a multiple of {q8_group} columns may be (input dimension {k})"),
         ),
     };
     if !fits {

@@ -17,7 +17,7 @@
 
 use crate::config::{LayerType, PackConfig, TensorKind, ARCHITECTURE};
 use crate::error::{PackError, Result};
-use crate::head::{HeadFormat, LM_HEAD, Q8_GROUP};
+use crate::head::{HeadFormat, LM_HEAD, LM_HEAD_EXACT, Q8_GROUP};
 use crate::manifest::{
     Manifest, Quantization, Scheme, TokenizerEntry, ALIGNMENT, FORMAT_VERSION, TOKENIZER_FILE,
 };
@@ -134,6 +134,9 @@ pub fn synth_config_with(
     if config.tie_word_embeddings && separate {
         expected.push(crate::head::separate_head(&config));
     }
+    if head.is_some_and(|h| crate::head::stores_exact_copy(&config, h)) {
+        expected.push(crate::head::exact_head(&config));
+    }
     let mut specs = Vec::new();
     let mut modules = BTreeMap::new();
     let mut jobs = Vec::new();
@@ -141,7 +144,10 @@ pub fn synth_config_with(
         let is_head = e.module() == Some(LM_HEAD);
         match (e.kind, e.module()) {
             (TensorKind::Linear(_), Some(m))
-                if is_head && head == Some(HeadFormat::Q8) && e.shape[1] % Q8_GROUP as u64 == 0 =>
+                if (is_head
+                    && head == Some(HeadFormat::Q8)
+                    && e.shape[1] % Q8_GROUP as u64 == 0)
+                    || m == LM_HEAD_EXACT =>
             {
                 let (n, k) = (e.shape[0], e.shape[1]);
                 specs.push(TensorSpec::new(format!("{m}.weight"), DType::I8, vec![n, k]));

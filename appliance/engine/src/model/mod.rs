@@ -13,6 +13,7 @@
 mod attention;
 mod batch;
 mod deltanet;
+mod head;
 mod mtp;
 
 use alloc::format;
@@ -23,6 +24,7 @@ use core::fmt;
 pub use attention::Attention;
 pub use batch::{BatchError, SeqInput};
 pub use deltanet::{chunked_min_tokens, set_chunked_min_tokens, DeltaNet};
+pub use head::RESCORE_ROWS;
 pub use mtp::{MtpError, MtpState};
 
 use crate::config::{ConfigError, LayerKind, ModelConfig};
@@ -165,6 +167,11 @@ pub struct Model<'a> {
     pub norm: Vec<f32>,
     /// `[vocab, hidden]` (the embedding when tied).
     pub lm_head: Linear<'a>,
+    /// Exact head weights that rescore a quantized `lm_head`'s best
+    /// candidates (the BF16 embedding of a tied model with a quantized head
+    /// copy, or an untied pack's `lm_head_exact`); `None`: logits are the
+    /// head's own. See [`RESCORE_ROWS`].
+    pub head_exact: Option<Linear<'a>>,
     /// MTP head weights when the checkpoint has them.
     pub mtp: Option<MtpWeights<'a>>,
     inv_freq: Vec<f32>,
@@ -196,16 +203,26 @@ impl<'a> Model<'a> {
             layers.push(load_layer(&w, &config, &format!("model.layers.{i}"), *kind)?);
         }
         let norm = w.vector("model.norm.weight", h)?;
-        // A tied pack may carry a separate (quantized) head copy.
-        let lm_head = if config.tie_word_embeddings && !w.has("lm_head.weight") {
+        // A tied pack may carry a separate (quantized) head copy; the
+        // embedding then rescores its candidates, as an untied pack's
+        // `lm_head_exact` copy does.
+        let tied = config.tie_word_embeddings;
+        let lm_head = if tied && !w.has("lm_head.weight") {
             embed_tokens
         } else {
             w.linear("lm_head", v, h)?
         };
+        let head_exact = if tied && w.has("lm_head.weight") {
+            Some(embed_tokens)
+        } else if !tied && w.has("lm_head_exact.weight") {
+            Some(w.linear("lm_head_exact", v, h)?)
+        } else {
+            None
+        };
         let mtp = if w.has("mtp.fc.weight") { Some(load_mtp(&w, &config)?) } else { None };
         let inv_freq = rope_inv_freq(config.rope_theta, config.rotary_dim);
         let pool = PoolRef::default();
-        Ok(Model { config, embed_tokens, layers, norm, lm_head, mtp, inv_freq, pool })
+        Ok(Model { config, embed_tokens, layers, norm, lm_head, head_exact, mtp, inv_freq, pool })
     }
 
     /// Runs the heavy ops of later forwards on `pool` (threads, or vCPUs in the guest).
@@ -223,7 +240,8 @@ impl<'a> Model<'a> {
         State::new(&self.config)
     }
 
-    /// Bytes of weights one decode step reads (all layers plus lm_head).
+    /// Bytes of weights one decode step reads (all layers, lm_head and the
+    /// exact head's rescored rows).
     pub fn weight_bytes_per_token(&self) -> usize {
         let mlp = |m: &Mlp<'_>| {
             m.gate_proj.weight_bytes() + m.up_proj.weight_bytes() + m.down_proj.weight_bytes()
@@ -247,7 +265,13 @@ impl<'a> Model<'a> {
                     }
             })
             .sum();
-        layers + self.lm_head.weight_bytes()
+        layers + self.lm_head.weight_bytes() + self.rescore_bytes_per_row()
+    }
+
+    /// Bytes of the exact head one row of logits rescores (0 without one).
+    pub fn rescore_bytes_per_row(&self) -> usize {
+        self.head_exact
+            .map_or(0, |e| e.weight_bytes() / e.rows().max(1) * RESCORE_ROWS.min(e.rows()))
     }
 
     /// Bytes of weights one MTP draft reads besides the lm_head (`mtp.fc`
@@ -290,6 +314,9 @@ impl<'a> Model<'a> {
         let _p = crate::profile::scope(crate::profile::Part::Head);
         let mut out = vec![0.0; n * self.config.vocab_size];
         matmul_on(self.pool.0, &self.lm_head, hidden, n, &mut out);
+        if let Some(exact) = &self.head_exact {
+            head::rescore(exact, hidden, &mut out);
+        }
         out
     }
 

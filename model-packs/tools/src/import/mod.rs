@@ -14,7 +14,7 @@ pub use source::{pack_name, HfCheckpoint};
 
 use crate::config::{ExpectedTensor, LinearGroup, TensorKind, ARCHITECTURE};
 use crate::error::{PackError, Result};
-use crate::head::{HeadFormat, DEFAULT_HEAD, LM_HEAD};
+use crate::head::{HeadFormat, DEFAULT_HEAD, LM_HEAD, LM_HEAD_EXACT};
 use crate::manifest::{Manifest, Quantization, Scheme, TokenizerEntry, ALIGNMENT, FORMAT_VERSION};
 use crate::nvfp4::{self, E4M3_ONE, GROUP};
 use crate::output::{write_pack, WeightsWriter};
@@ -122,6 +122,12 @@ pub fn import(
     if ck.config.tie_word_embeddings && head != HeadFormat::Bf16 {
         expected.push(crate::head::separate_head(&ck.config));
     }
+    // An untied NVFP4 head gets a q8 copy that rescores its candidates, unless
+    // the head stays unquantized (kept, or a ModelOpt checkpoint's own).
+    let head_kept = ck.modelopt || opts.keep.iter().any(|g| glob_match(g, LM_HEAD));
+    if !head_kept && crate::head::stores_exact_copy(&ck.config, head) {
+        expected.push(crate::head::exact_head(&ck.config));
+    }
     let mut planner = Planner { ck: &ck, opts, used: HashSet::new() };
     let mut actions = Vec::with_capacity(expected.len());
     for e in &expected {
@@ -164,6 +170,12 @@ impl<'a> Planner<'a> {
     fn plan(&mut self, e: &ExpectedTensor) -> Result<Action<'a>> {
         let (ck, opts) = (self.ck, self.opts);
         if let (Some(module), TensorKind::Linear(group)) = (e.module(), e.kind) {
+            if module == LM_HEAD_EXACT {
+                // Quantized from the same lm_head as the NVFP4 head.
+                let from = ExpectedTensor { name: format!("{LM_HEAD}.weight"), ..e.clone() };
+                let (module, src) = (module.to_string(), self.plain_source(&from)?);
+                return Ok(Action::QuantizeQ8 { module, src, rows: e.shape[0], cols: e.shape[1] });
+            }
             let src = ck.get(&e.name);
             if module == LM_HEAD && src.is_none_or(|t| t.dtype != DType::U8) {
                 return self.head(e);
