@@ -100,6 +100,7 @@ if [ ! -f "$BF16" ]; then
     python3 "$HERE/bench_llamacpp_hf.py" --bf16 "$PACK" "$WORK/$NAME-bf16-hf"
     say "converting to $BF16"
     convert "$WORK/$NAME-bf16-hf" "$BF16"
+    rm -rf "$WORK/$NAME-bf16-hf" # an intermediate as large as the GGUF (18 GB for 9b)
 fi
 python3 "$HERE/bench_llamacpp_types.py" "$BF16" --expect bf16
 ENGINES=(kore)

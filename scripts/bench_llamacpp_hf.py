@@ -20,7 +20,7 @@ Only the standard library is needed.
 With --bf16 the directory is a plain BF16 checkpoint instead (no quantization
 config): every NVFP4 linear is dequantized with its scales folded in (E2M1 code x
 E4M3 block scale x weight_scale_2, rounded to nearest-even BF16), a q8 or NVFP4
-output head of a tied model is dropped (the converter then ties the output to the
+output head of a tied model and an untied head's `lm_head_exact` copy are dropped (the converter then ties the output to the
 BF16 embedding, and llama-quantize makes its own head from it), and every other
 tensor is copied unchanged. This is what llama.cpp's users start from:
 `llama-quantize` turns its GGUF into Q4_0 / Q4_K_M with llama.cpp's own rounding.
@@ -35,6 +35,9 @@ import sys
 import tomllib
 
 PAD_PREFIX = "__kore_pad"
+# An untied NVFP4 head's q8 copy that only rescores its candidates in Kore
+# (docs/pack-format.md): not a model tensor, so neither view carries it.
+EXACT_PREFIX = "lm_head_exact."
 CHUNK = 64 << 20
 
 
@@ -70,7 +73,7 @@ def hf_config(pack):
 def copy_tensors(src, dst, verify):
     """Write dst with src's tensors minus the pad fillers; data bytes unchanged."""
     header, base = read_header(src)
-    names = [k for k in header if not k.startswith(PAD_PREFIX)]
+    names = [k for k in header if not k.startswith((PAD_PREFIX, EXACT_PREFIX))]
     names.sort(key=lambda k: header[k]["data_offsets"][0])
     plan, off = {}, 0
     for k in names:
@@ -143,7 +146,7 @@ ROWS_PER_BLOCK = 1024
 def bf16_plan(header, tied):
     """(output name, dtype, shape, kind, source names) per tensor of the BF16 view, in
     pack order; kind is "copy", "nvfp4" or "q8" (int8, one F16 scale per 32 columns)."""
-    names = [k for k in header if not k.startswith(PAD_PREFIX)]
+    names = [k for k in header if not k.startswith((PAD_PREFIX, EXACT_PREFIX))]
     names.sort(key=lambda k: header[k]["data_offsets"][0])
     plan = []
     for k in names:

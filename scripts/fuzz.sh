@@ -18,6 +18,9 @@
 # one input (default 2048: more counts as a crash, e.g. an allocation sized by the input).
 # KORE_FUZZ_TIMEOUT_S is libFuzzer's per-input timeout (default 20 s, wall clock: raise it
 # when the campaign may be paused with SIGSTOP, or a paused input is reported as a timeout).
+# KORE_FUZZ_CLOCK=cpu makes SECONDS the fuzzer's CPU time (user + system) instead of wall
+# time, for campaigns that share the cores: the run ends with SIGINT (libFuzzer's final
+# stats) once the fuzzer process has used that much. Every summary line gives the CPU time.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,15 +59,31 @@ run_one() {
     mkdir -p "$corpus" "$seeds" "$artifacts" "$(dirname "$log")"
     local before
     before=$(find "$artifacts" -type f | wc -l)
-    local status=0
+    local status=0 wall=$secs cpu_budget=0
+    if [ "${KORE_FUZZ_CLOCK:-wall}" = cpu ]; then cpu_budget=$secs wall=$((secs * 1000)); fi
     cargo "+$TOOLCHAIN" fuzz run -O "$t" "$corpus" "$seeds" -- \
-        -max_total_time="$secs" -timeout="${KORE_FUZZ_TIMEOUT_S:-20}" -rss_limit_mb="${KORE_FUZZ_RSS_MB:-2048}" -print_final_stats=1 \
-        -artifact_prefix="$artifacts/" >"$log" 2>&1 || status=$?
+        -max_total_time="$wall" -timeout="${KORE_FUZZ_TIMEOUT_S:-20}" -rss_limit_mb="${KORE_FUZZ_RSS_MB:-2048}" -print_final_stats=1 \
+        -artifact_prefix="$artifacts/" >"$log" 2>&1 &
+    local cargo_pid=$! fuzzer="" cpu=0 interrupted=0
+    # The fuzzer is cargo-fuzz's child; its CPU time is read from /proc while it runs.
+    while kill -0 "$cargo_pid" 2>/dev/null; do
+        sleep 2
+        [ -n "$fuzzer" ] || fuzzer=$(pgrep -n -f "^$CARGO_TARGET_DIR/[^ ]*/release/$t " || true)
+        [ -n "$fuzzer" ] && [ -r "/proc/$fuzzer/stat" ] || continue
+        cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) / hz) }' "/proc/$fuzzer/stat" 2>/dev/null || echo "$cpu")
+        if [ "$cpu_budget" -gt 0 ] && [ "$cpu" -ge "$cpu_budget" ] && [ "$interrupted" = 0 ]; then
+            kill -INT "$fuzzer" 2>/dev/null || true
+            interrupted=1
+        fi
+    done
+    wait "$cargo_pid" || status=$?
+    # libFuzzer exits 72 after the SIGINT that ended a CPU-time budget.
+    if [ "$interrupted" = 1 ] && grep -q 'libFuzzer: run interrupted' "$log"; then status=0; fi
     local crashes=$(( $(find "$artifacts" -type f | wc -l) - before ))
     local last execs
     last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
     execs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')
-    echo "fuzz $t: ${secs}s, executions $execs, $(sed -E 's/^#[0-9]+[[:space:]]+[A-Z]+[[:space:]]+//; s/[[:space:]]+(lim|exec\/s|rss|L|MS):.*//' <<<"$last"), crashes $crashes (log $log)"
+    echo "fuzz $t: ${secs}s (${KORE_FUZZ_CLOCK:-wall}), CPU ${cpu}s, executions $execs, $(sed -E 's/^#[0-9]+[[:space:]]+[A-Z]+[[:space:]]+//; s/[[:space:]]+(lim|exec\/s|rss|L|MS):.*//' <<<"$last"), crashes $crashes (log $log)"
     if [ "$status" -ne 0 ] || [ "$crashes" -gt 0 ]; then
         grep -E 'ERROR|panicked|Test unit written' "$log" | head -5 >&2 || true
         return 1
