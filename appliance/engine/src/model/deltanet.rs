@@ -102,7 +102,16 @@ impl<'a> DeltaNet<'a> {
         ckpt: Option<&mut Vec<f32>>,
     ) -> Vec<f32> {
         let mut p = self.project(cfg, pool, x, tokens);
-        let core = self.mix(cfg, pool, p.rows_mut(0..tokens), conv_state, recurrent, ckpt);
+        let core = match ckpt {
+            // Without checkpoints the conv and gates run per key head across
+            // the pool ([`DeltaNet::mix_batch`], the same f32 steps), not on
+            // the caller alone.
+            None => {
+                let mut one = [SeqState { conv: conv_state, recurrent, rows: 0..tokens }];
+                self.mix_batch(cfg, pool, &mut p, &mut one)
+            }
+            ckpt => self.mix(cfg, pool, p.rows_mut(0..tokens), conv_state, recurrent, ckpt),
+        };
         let mut y = vec![0.0; tokens * cfg.hidden_size];
         matmul_on(pool, &self.out_proj, &core, tokens, &mut y);
         y
