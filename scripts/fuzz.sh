@@ -10,7 +10,7 @@
 # input in target/fuzz-artifacts/TARGET and makes the script exit non-zero; reproduce it with
 #   cd fuzz && cargo +nightly fuzz run TARGET ../target/fuzz-artifacts/TARGET/crash-...
 # Each run prints one summary line: target, seconds, executions, coverage (cov: edges,
-# ft: features), corpus entries, crashes.
+# ft: features), corpus entries, crashes, and its log (target/fuzz-logs/TARGET-TIME-PID.log).
 #
 # Needs a nightly toolchain (libFuzzer's instrumentation flags) and cargo-fuzz: installed when
 # missing (KORE_FUZZ_TOOLCHAIN, default `nightly`). Run several targets at once by starting
@@ -55,7 +55,10 @@ cargo "+$TOOLCHAIN" fuzz build -O 2>&1 | { grep -Ev '^\s+(Compiling|Checking)' |
 run_one() {
     local t=$1 secs=$2
     local corpus="$REPO/target/fuzz-corpus/$t" seeds="$REPO/fuzz/corpus/$t"
-    local artifacts="$REPO/target/fuzz-artifacts/$t" log="$REPO/target/fuzz-logs/$t.log"
+    # One log per run: two runs of a target at once (a long campaign beside a short check)
+    # must not write into each other's log.
+    local artifacts="$REPO/target/fuzz-artifacts/$t"
+    local log="$REPO/target/fuzz-logs/$t-$(date -u +%Y%m%dT%H%M%SZ)-$$.log"
     mkdir -p "$corpus" "$seeds" "$artifacts" "$(dirname "$log")"
     local before
     before=$(find "$artifacts" -type f | wc -l)
@@ -83,7 +86,7 @@ run_one() {
     local last execs
     last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
     execs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')
-    echo "fuzz $t: ${secs}s (${KORE_FUZZ_CLOCK:-wall}), CPU ${cpu}s, executions $execs, $(sed -E 's/^#[0-9]+[[:space:]]+[A-Z]+[[:space:]]+//; s/[[:space:]]+(lim|exec\/s|rss|L|MS):.*//' <<<"$last"), crashes $crashes (log $log)"
+    echo "fuzz $t: ${secs}s (${KORE_FUZZ_CLOCK:-wall}), CPU ${cpu}s, executions $execs, $(sed -E 's/^#[0-9]+[[:space:]]+[A-Za-z]+[[:space:]]+//; s/[[:space:]]+(lim|exec\/s|rss|L|MS):.*//' <<<"$last"), crashes $crashes (log $log)"
     if [ "$status" -ne 0 ] || [ "$crashes" -gt 0 ]; then
         grep -E 'ERROR|panicked|Test unit written' "$log" | head -5 >&2 || true
         return 1
