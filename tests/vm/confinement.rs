@@ -1,8 +1,8 @@
 //! The VMM runs in its own confined process (docs/security.md): while an
 //! appliance is up, every thread of the `kore-launch vmm-process` process
 //! shows `Seccomp: 2` and `NoNewPrivs: 1`, runs as a non-root uid when the
-//! launcher is root (as scripts/test.sh and CI run it), and sits in its own
-//! network namespace; the appliance still answers; `down` leaves no VMM
+//! launcher is root (as scripts/test.sh and CI run it), sits in its own
+//! network namespace and sees an empty root directory; the appliance still answers; `down` leaves no VMM
 //! process and no socket behind.
 //!
 //! Needs /dev/kvm, hugepages and the guest images, like tests/vm/appliance_vm.rs.
@@ -79,6 +79,10 @@ fn every_vmm_thread_is_filtered_unprivileged_and_offline() {
         assert_eq!(vmm["namespaces"], true, "{st}");
         let ns = |p: &str| std::fs::read_link(p).unwrap();
         assert_ne!(ns(&format!("/proc/{pid}/ns/net")), ns("/proc/self/ns/net"));
+        assert_eq!(vmm["empty_root"], true, "{st}");
+        let seen: Vec<_> =
+            std::fs::read_dir(format!("/proc/{pid}/root/")).unwrap().flatten().collect();
+        assert!(seen.is_empty(), "the VMM still sees host files: {seen:?}");
     }
 
     let out = ok(&kore(&rt, &["generate", "--prompt", "KING.", "--max-tokens", "4", "--json"]));

@@ -63,6 +63,9 @@ pub struct Confinement {
     pub seccomp: bool,
     /// It has its own network and mount namespaces.
     pub namespaces: bool,
+    /// Its root is an empty, read-only tmpfs (no host file is reachable by path).
+    #[serde(default)]
+    pub empty_root: bool,
 }
 
 /// One line from the child.

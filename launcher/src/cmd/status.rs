@@ -49,11 +49,12 @@ pub fn run(args: StatusArgs) -> Result<()> {
     if let Some(v) = report["vmm"].as_object() {
         let on = |k: &str| if v.get(k) == Some(&Value::Bool(true)) { "on" } else { "off" };
         println!(
-            "  VMM process {}: uid {}, seccomp {}, own network and mount namespaces {}",
+            "  VMM process {}: uid {}, seccomp {}, own network and mount namespaces {}, empty root {}",
             v["pid"],
             v["uid"],
             on("seccomp"),
-            on("namespaces")
+            on("namespaces"),
+            on("empty_root")
         );
     }
     match report["vf"].as_str() {

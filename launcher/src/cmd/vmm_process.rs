@@ -113,8 +113,15 @@ fn start(
     }
 }
 
-/// Drops root, dies with the parent, filters the main thread.
+/// Leaves the host's file tree, drops root, dies with the parent, filters
+/// the main thread.
 fn confine_process(ids: Option<(u32, u32)>, c: &mut Confinement, filters: ThreadFilters) {
+    if c.namespaces {
+        match sandbox::empty_root() {
+            Ok(()) => c.empty_root = true,
+            Err(e) => warn(format!("the VMM keeps the host's file tree as its root ({e})")),
+        }
+    }
     match sandbox::drop_privileges(ids) {
         Ok(d) => d.warnings.into_iter().for_each(warn),
         Err(e) => warn(format!("the VMM keeps its privileges: {e}")),

@@ -8,7 +8,8 @@
 //! - [`privileges`]: no core dumps and no `ptrace` attach by other users
 //!   (`PR_SET_DUMPABLE` 0: a dump would hold guest memory), rlimits on open
 //!   files and core size, new network and mount namespaces (no network at
-//!   all), and, when started as root, an unprivileged uid/gid.
+//!   all), an empty read-only root instead of the host's file tree, and,
+//!   when started as root, an unprivileged uid/gid.
 //!
 //! The filters assume everything is already open: `/dev/kvm` and the VM and
 //! vCPU descriptors, guest memory, the pack, the vsock listener. docs/security.md
@@ -17,7 +18,7 @@
 pub mod privileges;
 pub mod seccomp;
 
-pub use privileges::{drop_privileges, enter_namespaces, Dropped, PrivilegeError};
+pub use privileges::{drop_privileges, empty_root, enter_namespaces, Dropped, PrivilegeError};
 pub use seccomp::{apply, filter, SeccompError, ThreadFilters, ThreadKind};
 
 #[cfg(test)]

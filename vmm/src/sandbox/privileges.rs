@@ -73,6 +73,41 @@ pub fn enter_namespaces(user: bool) -> std::io::Result<()> {
     os_err(unsafe { libc::unshare(user | libc::CLONE_NEWNET | libc::CLONE_NEWNS) })
 }
 
+/// Replaces the process's root by an empty, read-only tmpfs: after this no
+/// path names a host file (the VMM works on descriptors it already holds).
+/// Needs its own mount namespace ([`enter_namespaces`]) and the right to
+/// mount in it, so it runs before [`drop_privileges`]. Mounts are made
+/// private first, so nothing here reaches the host's namespace.
+pub fn empty_root() -> std::io::Result<()> {
+    let c = |s: &'static CStr| s.as_ptr();
+    let none = std::ptr::null::<libc::c_char>();
+    let hardened = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // SAFETY: mount, chdir, pivot_root and umount2 take NUL-terminated
+    // strings (static literals here) or null where the kernel allows it; the
+    // calls change this process's mount namespace only.
+    unsafe {
+        os_err(libc::mount(
+            none,
+            c(c"/"),
+            none,
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))?;
+        // /tmp exists on every Linux host; the tmpfs hides it in this
+        // namespace only and becomes the new root.
+        let opts = c"size=4k,mode=0555";
+        os_err(libc::mount(c(c"tmpfs"), c(c"/tmp"), c(c"tmpfs"), hardened, opts.as_ptr().cast()))?;
+        os_err(libc::chdir(c(c"/tmp")))?;
+        // pivot_root(".", ".") stacks the old root on the new one; detaching
+        // it leaves the tmpfs alone (pivot_root(2), NOTES).
+        os_err(libc::syscall(libc::SYS_pivot_root, c(c"."), c(c".")) as libc::c_int)?;
+        os_err(libc::umount2(c(c"."), libc::MNT_DETACH))?;
+        os_err(libc::chdir(c(c"/")))?;
+        let ro = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | hardened;
+        os_err(libc::mount(none, c(c"/"), none, ro, std::ptr::null()))
+    }
+}
+
 /// Gives up what the VMM no longer needs. When the effective uid is root,
 /// switches to `ids` (default [`unprivileged_ids`]) for all threads; an
 /// ordinary user keeps its uid (that is no degradation, so no warning).
