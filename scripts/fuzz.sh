@@ -52,6 +52,16 @@ export CARGO_TARGET_DIR="$REPO/target/fuzz-build"
 echo "== building the fuzz targets ($TOOLCHAIN, AddressSanitizer)" >&2
 cargo "+$TOOLCHAIN" fuzz build -O 2>&1 | { grep -Ev '^\s+(Compiling|Checking)' || true; } >&2
 
+# descendant PID NAME: the first process below PID whose command is NAME (comm keeps 15 bytes).
+descendant() {
+    local c
+    for c in $(pgrep -P "$1"); do
+        if [ "$(cat "/proc/$c/comm" 2>/dev/null)" = "${2:0:15}" ]; then echo "$c"; return 0; fi
+        descendant "$c" "$2" && return 0
+    done
+    return 1
+}
+
 run_one() {
     local t=$1 secs=$2
     local corpus="$REPO/target/fuzz-corpus/$t" seeds="$REPO/fuzz/corpus/$t"
@@ -63,15 +73,17 @@ run_one() {
     local before
     before=$(find "$artifacts" -type f | wc -l)
     local status=0 wall=$secs cpu_budget=0
+    # A CPU budget: libFuzzer's own (wall) limit is set far away and the watcher below ends it.
     if [ "${KORE_FUZZ_CLOCK:-wall}" = cpu ]; then cpu_budget=$secs wall=$((secs * 1000)); fi
     cargo "+$TOOLCHAIN" fuzz run -O "$t" "$corpus" "$seeds" -- \
         -max_total_time="$wall" -timeout="${KORE_FUZZ_TIMEOUT_S:-20}" -rss_limit_mb="${KORE_FUZZ_RSS_MB:-2048}" -print_final_stats=1 \
         -artifact_prefix="$artifacts/" >"$log" 2>&1 &
     local cargo_pid=$! fuzzer="" cpu=0 interrupted=0
-    # The fuzzer is cargo-fuzz's child; its CPU time is read from /proc while it runs.
+    # The fuzzer runs below this run's cargo (another run of the same target may be going
+    # on beside it); its CPU time is read from /proc while it runs.
     while kill -0 "$cargo_pid" 2>/dev/null; do
         sleep 2
-        [ -n "$fuzzer" ] || fuzzer=$(pgrep -n -f "^$CARGO_TARGET_DIR/[^ ]*/release/$t " || true)
+        [ -n "$fuzzer" ] || fuzzer=$(descendant "$cargo_pid" "$t" || true)
         [ -n "$fuzzer" ] && [ -r "/proc/$fuzzer/stat" ] || continue
         cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) / hz) }' "/proc/$fuzzer/stat" 2>/dev/null || echo "$cpu")
         if [ "$cpu_budget" -gt 0 ] && [ "$cpu" -ge "$cpu_budget" ] && [ "$interrupted" = 0 ]; then

@@ -7,7 +7,7 @@ mod common;
 
 use common::{temp_dir, tiny_config, write_hf_dir};
 use kore_engine::Linear;
-use kore_pack::head::{dequantize_q8_row, quantize_q8_row, HeadFormat};
+use kore_pack::head::{dequantize_q8_row, quantize_q8_row, HeadFormat, Q8_GROUP};
 use kore_pack::import::{import, ImportOptions};
 use kore_pack::manifest::Scheme;
 use kore_pack::pack::verify;
@@ -119,7 +119,9 @@ fn untied_nvfp4_import_rescores_its_best_candidates_with_a_q8_copy() {
     order.sort_by(|&a, &b| screen[b].total_cmp(&screen[a]));
     for (rank, &i) in order.iter().enumerate() {
         if rank < kore_engine::RESCORE_ROWS {
-            dequantize_q8_row(&q[i * h..(i + 1) * h], &s[i * h / 16..(i + 1) * h / 16], &mut row);
+            let scale_bytes = 2 * h / Q8_GROUP; // one F16 per group
+            let scales = &s[i * scale_bytes..(i + 1) * scale_bytes];
+            dequantize_q8_row(&q[i * h..(i + 1) * h], scales, &mut row);
             let exact: f32 = row.iter().zip(last).map(|(a, b)| a * b).sum();
             let tol = 1e-4 * (1.0 + exact.abs());
             assert!((rescored[i] - exact).abs() <= tol, "row {i}: {} vs {exact}", rescored[i]);

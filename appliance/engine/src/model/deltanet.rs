@@ -110,7 +110,9 @@ impl<'a> DeltaNet<'a> {
                 let mut one = [SeqState { conv: conv_state, recurrent, rows: 0..tokens }];
                 self.mix_batch(cfg, pool, &mut p, &mut one)
             }
-            ckpt => self.mix(cfg, pool, p.rows_mut(0..tokens), conv_state, recurrent, ckpt),
+            Some(c) => {
+                self.mix_checkpointed(cfg, pool, p.rows_mut(0..tokens), conv_state, recurrent, c)
+            }
         };
         let mut y = vec![0.0; tokens * cfg.hidden_size];
         matmul_on(pool, &self.out_proj, &core, tokens, &mut y);
@@ -149,17 +151,18 @@ impl<'a> DeltaNet<'a> {
     }
 
     /// Conv, gates and the delta rule over one sequence's projected rows
-    /// (`p`), updating its `conv_state` and `recurrent` state (and recording
-    /// them after every token into `ckpt`); returns the normed, gated core
-    /// output `[T, value_dim]` (input of `out_proj`).
-    pub(crate) fn mix(
+    /// (`p`), updating its `conv_state` and `recurrent` state and recording
+    /// them after every token into `ckpt` (speculative verification; without
+    /// checkpoints forwards take [`DeltaNet::mix_batch`]); returns the normed,
+    /// gated core output `[T, value_dim]` (input of `out_proj`).
+    pub(crate) fn mix_checkpointed(
         &self,
         cfg: &ModelConfig,
         pool: &dyn Parallel,
         p: ProjRows<'_>,
         conv_state: &mut [f32],
         recurrent: &mut [f32],
-        mut ckpt: Option<&mut Vec<f32>>,
+        ckpt: &mut Vec<f32>,
     ) -> Vec<f32> {
         let (kd, vd, cd) = (cfg.linear_key_dim(), cfg.linear_value_dim(), cfg.linear_conv_dim());
         let hv = cfg.linear_num_value_heads;
@@ -168,10 +171,8 @@ impl<'a> DeltaNet<'a> {
         // (the conv window rolls); the window after token t is checkpointed.
         let (conv_len, rec_len) = (conv_state.len(), recurrent.len());
         let stride = conv_len + rec_len;
-        let base = ckpt.as_deref().map_or(0, |c| c.len());
-        if let Some(c) = ckpt.as_deref_mut() {
-            c.resize(base + tokens * stride, 0.0);
-        }
+        let base = ckpt.len();
+        ckpt.resize(base + tokens * stride, 0.0);
         let mut decay = vec![0.0; tokens * hv]; // [T, Hv]: exp(g)
         for t in 0..tokens {
             let row = &mut qkv[t * cd..(t + 1) * cd];
@@ -183,19 +184,15 @@ impl<'a> DeltaNet<'a> {
                 decay[t * hv + h] = libm::expf(self.neg_a[h] * softplus(*at + self.dt_bias[h]));
                 *bt = sigmoid(*bt);
             }
-            if let Some(c) = ckpt.as_deref_mut() {
-                let at = base + t * stride;
-                c[at..at + conv_len].copy_from_slice(conv_state);
-            }
+            let at = base + t * stride;
+            ckpt[at..at + conv_len].copy_from_slice(conv_state);
         }
 
         // The rule: value heads are independent, so workers take whole heads
         // and run every token through them (a head's state stays in cache).
-        // Prompts without checkpoints may take the chunked form.
         let mut core = vec![0.0; tokens * vd]; // [T, value_dim]
         let seq = Seq { qkv, z, beta: b, decay: &decay, tokens };
-        let chunk = ckpt.is_none() && tokens >= chunked_min_tokens();
-        let ck = ckpt.map(|c| SharedMut::new(&mut c[base..]));
+        let ck = Some(SharedMut::new(&mut ckpt[base..]));
         let (st, out) = (SharedMut::new(recurrent), SharedMut::new(&mut core));
         let heads = |w: usize, n: usize| {
             let (st, out, ck) = (st, out, ck);
@@ -203,13 +200,7 @@ impl<'a> DeltaNet<'a> {
                 // SAFETY: head h's state, its output columns and its checkpoint
                 // slices are touched by this worker only (heads split disjointly);
                 // all buffers outlive `pool.run`.
-                unsafe {
-                    if chunk {
-                        self.head_chunked(cfg, h, &seq, st, out);
-                    } else {
-                        self.head(cfg, h, &seq, st, out, ck, conv_len);
-                    }
-                }
+                unsafe { self.head(cfg, h, &seq, st, out, ck, conv_len) };
             }
         };
         if tokens * hv * cfg.linear_key_head_dim * cfg.linear_value_head_dim < 1 << 16 {

@@ -124,8 +124,7 @@ pub fn import(
     }
     // An untied NVFP4 head gets a q8 copy that rescores its candidates, unless
     // the head stays unquantized (kept, or a ModelOpt checkpoint's own).
-    let head_kept = ck.modelopt || opts.keep.iter().any(|g| glob_match(g, LM_HEAD));
-    if !head_kept && crate::head::stores_exact_copy(&ck.config, head) {
+    if !head_stays_plain(&ck, opts) && crate::head::stores_exact_copy(&ck.config, head) {
         expected.push(crate::head::exact_head(&ck.config));
     }
     let mut planner = Planner { ck: &ck, opts, used: HashSet::new() };
@@ -157,6 +156,12 @@ pub fn import(
         mtp,
         dropped: ck.dropped.len(),
     })
+}
+
+/// Whether the output head is copied unquantized whatever `--head` says: kept
+/// by `--keep`, or a ModelOpt checkpoint's own.
+fn head_stays_plain(ck: &HfCheckpoint, opts: &ImportOptions) -> bool {
+    ck.modelopt || opts.keep.iter().any(|g| glob_match(g, LM_HEAD))
 }
 
 /// Matches each expected tensor with the checkpoint's, noting which it used.
@@ -217,14 +222,15 @@ impl<'a> Planner<'a> {
         let src = self.plain_source(&from)?;
         let module = LM_HEAD.to_string();
         let (rows, cols) = (e.shape[0], e.shape[1]);
-        let kept = opts.keep.iter().any(|g| glob_match(g, LM_HEAD));
         // An unquantized head is BF16, or with `QuantMode::Keep` the checkpoint's own dtype.
         let plain = match src.dtype {
             DType::F32 | DType::F16 if opts.quant == QuantMode::Keep => src.dtype,
             _ => DType::BF16,
         };
         Ok(match opts.head_format() {
-            _ if kept || ck.modelopt => Action::Plain { name: e.name.clone(), src, out: plain },
+            _ if head_stays_plain(ck, opts) => {
+                Action::Plain { name: e.name.clone(), src, out: plain }
+            }
             HeadFormat::Q8 if cols % crate::head::Q8_GROUP as u64 == 0 => {
                 Action::QuantizeQ8 { module, src, rows, cols }
             }

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! Every element goes through the same f32 steps in the same order as in
-//! [`DeltaNet::mix`], so a sequence's output is bit-identical batched or alone.
+//! [`DeltaNet::mix_checkpointed`] (the verify path), so a sequence's output is
+//! bit-identical batched, alone or checkpointed.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -105,7 +106,7 @@ impl DeltaNet<'_> {
                     decay: &decay[r.start * hv..r.end * hv],
                     tokens: r.len(),
                 };
-                // A long enough prefill chunk takes the chunked form, as in `mix`.
+                // A long enough prefill chunk takes the chunked form (`chunked_min_tokens`).
                 // SAFETY: head h of sequence j: its state slice and its output
                 // columns of rows r are this item's alone (`out` is offset to
                 // row r.start); the buffers outlive the run.
