@@ -117,6 +117,7 @@ pub fn run(
         threads: u32::try_from(r.threads).unwrap_or(u32::MAX),
         kernels: String::from(r.kernels),
         prefill_share: r.prefill_share.iter().map(|&(k, v)| (String::from(k), v)).collect(),
+        decode_share: r.decode_share.iter().map(|&(k, v)| (String::from(k), v)).collect(),
         mtp: r.mtp.map(|m| MtpBench {
             mtp: u32::try_from(m.drafts).unwrap_or(u32::MAX),
             mtp_acceptance: m.acceptance,

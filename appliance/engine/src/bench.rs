@@ -100,6 +100,9 @@ pub struct BenchReport {
     /// `attention`, `head`, `rest`; they sum to 1), empty where the tally
     /// has no clock (not x86_64).
     pub prefill_share: Vec<(&'static str, f64)>,
+    /// The same shares over plain decoding's steps (every sequence of
+    /// `concurrency` together); empty with MTP or without a clock.
+    pub decode_share: Vec<(&'static str, f64)>,
     /// With MTP: drafts asked per step, plain decode tok/s of the same run,
     /// speedup and acceptance per draft position.
     pub mtp: Option<MtpReport>,
@@ -353,8 +356,12 @@ pub fn run_with_prompt(
     ));
     let first = argmax(&logits);
     let steps = opts.decode_tokens.max(1);
+    let mut decode_share = Vec::new();
     let (decode, mtp) = if opts.mtp == 0 {
-        (decode_plain(model, &prefilled, (first, seqs), steps, clock, progress)?, None)
+        crate::profile::start();
+        let d = decode_plain(model, &prefilled, (first, seqs), steps, clock, progress);
+        decode_share = crate::profile::shares(&crate::profile::stop());
+        (d?, None)
     } else {
         let mut plain = Decode::default();
         let mut spec = SpecRun::default();
@@ -389,6 +396,7 @@ pub fn run_with_prompt(
         threads: model.pool().workers(),
         kernels: simd::active().name(),
         prefill_share,
+        decode_share,
         mtp,
     })
 }

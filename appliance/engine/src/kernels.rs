@@ -26,7 +26,7 @@ mod vnni;
 pub use delta::{delta_step, delta_step_with, gemm_acc, gemm_acc_with, DeltaToken, Mat, MatMut};
 pub use q8act::round_q8;
 
-use q8act::{quantize_q8, quantize_q8_lanes, Q8};
+use q8act::{quantize_q8, quantize_q8_lanes, Layout, Q8};
 
 use alloc::borrow::Cow;
 use alloc::vec;
@@ -41,6 +41,10 @@ use crate::weights::Linear;
 /// Most tokens per weight pass (a row kernel keeps one accumulator per token
 /// in registers; 16 spilled them and measured 1.2-1.8x slower per token).
 pub const TILE: usize = 8;
+
+/// Most weight rows per tile of the int8 GEMM kernels (`kernels::vnni`):
+/// the row dimension of their output block.
+pub const TILE_ROWS: usize = 4;
 
 /// Bytes of a tile's activations that should stay in L1 while a chunk's rows
 /// pass them: a tile of f32 activations over 2048 columns is 4 tokens.
@@ -283,8 +287,8 @@ fn prepare<'x>(path: Path, w: &Linear<'_>, x: &'x [f32], tokens: usize) -> Prepa
     if q8_activations(path, w) {
         // The SIMD quantizer needs AVX-512, which the VNNI path has.
         let vnni = path == Path::Avx512Vnni;
-        let chunk = if vnni { 128 } else { 64 };
-        return Prepared::Q8(quantize_q8(x, tokens, w.cols(), vnni, chunk));
+        let layout = if vnni { Layout::BlockLanes } else { Layout::EvenOdd };
+        return Prepared::Q8(quantize_q8(x, tokens, w.cols(), layout, vnni));
     }
     let avx512 = matches!(path, Path::Avx512 | Path::Avx512Vnni);
     let group = match w {

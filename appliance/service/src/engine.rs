@@ -207,6 +207,10 @@ pub struct BenchReport {
     /// absent where nothing was counted.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prefill_share: BTreeMap<String, f64>,
+    /// The same shares over plain decoding's steps, absent with MTP or where
+    /// nothing was counted.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub decode_share: BTreeMap<String, f64>,
     /// With MTP drafting (`mtp > 0`): the figures of [`MtpBench`], else absent.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub mtp: Option<MtpBench>,

@@ -169,10 +169,13 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             "mtp": r.mtp.as_ref().map_or(0, |m| m.drafts),
         });
         let mut obj = obj;
-        if !r.prefill_share.is_empty() {
-            let share: serde_json::Map<String, serde_json::Value> =
-                r.prefill_share.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
-            obj["prefill_share"] = serde_json::Value::Object(share);
+        for (key, share) in [("prefill_share", &r.prefill_share), ("decode_share", &r.decode_share)]
+        {
+            if !share.is_empty() {
+                let share: serde_json::Map<String, serde_json::Value> =
+                    share.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
+                obj[key] = serde_json::Value::Object(share);
+            }
         }
         if let Some(m) = &r.mtp {
             obj["mtp_acceptance"] = json!(m.acceptance);
@@ -210,13 +213,14 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             r.kernels
         )
         .map_err(io)?;
-        if !r.prefill_share.is_empty() {
-            let parts: Vec<String> = r
-                .prefill_share
-                .iter()
-                .map(|(k, v)| format!("{} {:.1}%", k.replace('_', " "), v * 100.0))
-                .collect();
-            writeln!(out, "prefill time: {}", parts.join(" | ")).map_err(io)?;
+        for (what, share) in [("prefill", &r.prefill_share), ("decode", &r.decode_share)] {
+            if !share.is_empty() {
+                let parts: Vec<String> = share
+                    .iter()
+                    .map(|(k, v)| format!("{} {:.1}%", k.replace('_', " "), v * 100.0))
+                    .collect();
+                writeln!(out, "{what} time: {}", parts.join(" | ")).map_err(io)?;
+            }
         }
         if let Some(m) = &r.mtp {
             let acc: Vec<String> = m.acceptance.iter().map(|a| format!("{a:.2}")).collect();

@@ -1,8 +1,9 @@
 //! Activations quantized to int8 per 16-column block for the NVFP4 kernels
-//! on int8 dot products (`simd::avx512vnni`, 128-column chunks, and
-//! `simd::avx2_q8`, 64-column chunks): `q = round(x * 127 / amax)`, each
-//! chunk laid out as `[even columns | odd columns]`, and per 8-column group
-//! the scale (halved: the kernels' E2M1 values are doubled) and
+//! on int8 dot products: `q = round(x * 127 / amax)`, each full chunk of
+//! columns laid out as its kernel wants it ([`Layout`]: 256-column chunks
+//! with one block per dword lane for `simd::vnni_tile`, 64-column chunks of
+//! `[even | odd]` columns for `simd::avx2_q8`), and per lane's group of
+//! columns the scale (halved: the kernels' E2M1 values are doubled) and
 //! `-OFFSET * sum(q)` (the unsigned-offset correction of the VNNI and AVX2
 //! kernels, whose E2M1 bytes are offset by +12).
 
@@ -10,14 +11,63 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 /// Activations quantized per 16-column block: `q = round(x * 127 / amax)`,
-/// permuted per full chunk of columns as `[even | odd]`; per 8-column group
-/// `corr = -OFFSET * sum(q)` and `scale = amax / 127 / 2`.
+/// laid out per full chunk of columns as a kernel wants them; per `group`
+/// columns `corr = -OFFSET * sum(q)` and `scale` (`amax / 127 / 2` for the
+/// NVFP4 kernels, `amax / 127` for [`quantize_q8_lanes`]).
 pub(super) struct Q8 {
-    /// Columns per `corr` / `scale` entry: 8, or 4 for [`quantize_q8_lanes`].
+    /// Columns per `corr` / `scale` entry: 16 or 8 ([`Layout::group`]), or
+    /// 4 for [`quantize_q8_lanes`].
     pub(super) group: usize,
     pub(super) q: Vec<i8>,
     pub(super) corr: Vec<i32>,
     pub(super) scale: Vec<f32>,
+}
+
+/// How an NVFP4 kernel on int8 activations wants them laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// `simd::vnni_tile`: per 256-column chunk, four 64-byte vectors whose
+    /// dword lane `L` holds four columns of block `L` ([`block_lanes`]);
+    /// `corr` and `scale` per block.
+    BlockLanes,
+    /// `simd::avx2_q8`: per 64-column chunk `[even columns | odd columns]`,
+    /// so dword lane `L` of the kernel's sums holds columns `8L..8L+7`;
+    /// `corr` and `scale` per 8 columns.
+    EvenOdd,
+}
+
+impl Layout {
+    /// Columns per chunk.
+    fn chunk(self) -> usize {
+        match self {
+            Layout::BlockLanes => 256,
+            Layout::EvenOdd => 64,
+        }
+    }
+
+    /// Columns per `corr` / `scale` entry.
+    fn group(self) -> usize {
+        match self {
+            Layout::BlockLanes => 16,
+            Layout::EvenOdd => 8,
+        }
+    }
+
+    /// Where column `m` of a full chunk goes.
+    fn position(self, m: usize) -> usize {
+        match self {
+            Layout::BlockLanes => block_lanes(m),
+            Layout::EvenOdd => (m % 2) * 32 + m / 2,
+        }
+    }
+}
+
+/// [`Layout::BlockLanes`]: column `m = 16L + k` of a 256-column chunk goes
+/// to vector `2 * (k / 8) + k % 2`, byte `4L + (k % 8) / 2`: the partner
+/// of the weight nibble `simd::vnni_tile` puts there.
+const fn block_lanes(m: usize) -> usize {
+    let (l, k) = (m / 16, m % 16);
+    64 * ((k / 8) * 2 + k % 2) + 4 * l + (k % 8) / 2
 }
 
 /// The int8 value and scale of every column of `x` (per 16-column block;
@@ -47,58 +97,53 @@ pub fn round_q8(x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// Position of column `i` of a `chunk`-column chunk in the `[even | odd]` layout.
-fn even_odd(i: usize, chunk: usize) -> usize {
-    (i % 2) * chunk / 2 + i / 2
-}
-
-/// [`Q8`] of `x` (`[tokens, cols]`): AVX-512 for the blocks of full
-/// 128-column chunks when `simd` (bit-identical to [`q8_block`]; blocks with
-/// a NaN or an infinity take the scalar path), [`q8_block`] for the rest.
-/// `chunk` is 128 (VNNI) or 64 (AVX2); `simd` needs `chunk == 128`.
-pub(super) fn quantize_q8(x: &[f32], tokens: usize, cols: usize, simd: bool, chunk: usize) -> Q8 {
-    debug_assert!(!simd || chunk == 128);
+/// [`Q8`] of `x` (`[tokens, cols]`) in `layout`: AVX-512 for the blocks of
+/// full chunks when `simd` (bit-identical to [`q8_block`]; blocks with a NaN
+/// or an infinity take the scalar path), [`q8_block`] for the rest. Columns
+/// after the last full chunk stay in natural order. `simd` needs
+/// [`Layout::BlockLanes`].
+pub(super) fn quantize_q8(x: &[f32], tokens: usize, cols: usize, layout: Layout, simd: bool) -> Q8 {
+    debug_assert!(!simd || layout == Layout::BlockLanes);
+    let (chunk, group) = (layout.chunk(), layout.group());
     let mut q = vec![0i8; tokens * cols];
-    let mut corr = vec![0i32; tokens * cols / 8];
-    let mut scale = vec![0.0f32; tokens * cols / 8];
+    let mut corr = vec![0i32; tokens * cols / group];
+    let mut scale = vec![0.0f32; tokens * cols / group];
     let full = cols / chunk * chunk;
     let mut qb = [0i8; 16];
     for t in 0..tokens {
+        let row = &mut q[t * cols..(t + 1) * cols];
         for b in 0..cols / 16 {
-            let c0 = 16 * b;
-            let g = (t * cols + c0) / 8;
-            let row = &mut q[t * cols..(t + 1) * cols];
+            let (c0, g) = (16 * b, (t * cols + 16 * b) / group);
+            let xb = &x[t * cols + c0..t * cols + c0 + 16];
             if simd && c0 < full {
-                if let Some((s, sums)) =
-                    q8_block_simd(&x[t * cols + c0..t * cols + c0 + 16], &mut qb)
-                {
-                    scale[g..g + 2].fill(0.5 * s);
-                    corr[g] = -OFFSET_Q8 * sums[0];
-                    corr[g + 1] = -OFFSET_Q8 * sums[1];
-                    // `qb` is [even columns | odd columns] of the block.
-                    let (c, at) = (c0 / 128 * 128, c0 % 128);
-                    row[c + at / 2..c + at / 2 + 8].copy_from_slice(&qb[..8]);
-                    row[c + 64 + at / 2..c + 64 + at / 2 + 8].copy_from_slice(&qb[8..]);
+                if let Some((s, sums)) = q8_block_simd(xb, &mut qb) {
+                    scale[g] = 0.5 * s;
+                    corr[g] = -OFFSET_Q8 * (sums[0] + sums[1]);
+                    // `qb` is [even | odd] columns: its quarters are the
+                    // block's four columns in vectors 0, 2, 1 and 3.
+                    let lane = c0 / chunk * chunk + 4 * (c0 % chunk / 16);
+                    for (quarter, v) in qb.chunks_exact(4).zip([0, 2, 1, 3]) {
+                        row[lane + 64 * v..lane + 64 * v + 4].copy_from_slice(quarter);
+                    }
                     continue;
                 }
             }
-            let s = q8_block(&x[t * cols + c0..t * cols + c0 + 16], &mut qb);
-            scale[g..g + 2].fill(0.5 * s);
-            for h in 0..2 {
-                corr[g + h] =
-                    -OFFSET_Q8 * qb[8 * h..8 * h + 8].iter().map(|&v| i32::from(v)).sum::<i32>();
+            let s = q8_block(xb, &mut qb);
+            for (h, part) in qb.chunks_exact(group).enumerate() {
+                scale[g + h] = 0.5 * s;
+                corr[g + h] = -OFFSET_Q8 * part.iter().map(|&v| i32::from(v)).sum::<i32>();
             }
             if c0 < full {
                 let (c, at) = (c0 / chunk * chunk, c0 % chunk);
                 for (j, v) in qb.iter().enumerate() {
-                    row[c + even_odd(at + j, chunk)] = *v;
+                    row[c + layout.position(at + j)] = *v;
                 }
             } else {
                 row[c0..c0 + 16].copy_from_slice(&qb);
             }
         }
     }
-    Q8 { group: 8, q, corr, scale }
+    Q8 { group, q, corr, scale }
 }
 
 /// [`Q8`] of `x` (`[tokens, cols]`, `cols % 16 == 0`) for the int8 x int8
@@ -189,12 +234,12 @@ mod tests {
             eprintln!("no AVX-512 on this CPU: the SIMD quantizer is never used here");
             return;
         }
-        for (cols, tokens) in [(128, 1), (256, 3), (144, 2), (2048, 2), (16, 1)] {
+        for (cols, tokens) in [(128, 1), (256, 3), (400, 2), (2048, 2), (16, 1)] {
             for seed in 0..12 {
                 let x = activations(cols * tokens, seed, seed % 3 == 0);
                 let (a, b) = (
-                    quantize_q8(&x, tokens, cols, true, 128),
-                    quantize_q8(&x, tokens, cols, false, 128),
+                    quantize_q8(&x, tokens, cols, Layout::BlockLanes, true),
+                    quantize_q8(&x, tokens, cols, Layout::BlockLanes, false),
                 );
                 assert_eq!(a.q, b.q, "q, cols {cols} tokens {tokens} seed {seed}");
                 assert_eq!(a.corr, b.corr, "corr, cols {cols} tokens {tokens} seed {seed}");

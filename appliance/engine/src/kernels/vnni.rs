@@ -1,18 +1,18 @@
-//! The products on int8 activations as GEMMs: `avx512vnni` (NVFP4 and q8
-//! weights; `simd::vnni_tile`, `simd::vnni_q8`, tiles of 4 rows) and `avx2`
-//! (NVFP4; `simd::avx2_q8`, tiles of 2 rows). A worker's chunk of rows is
-//! taken in tiles of rows x up to 4 tokens, so each weight tile is loaded
-//! and decoded once per token tile and each token's activations once per
-//! row tile.
+//! The products on int8 activations as GEMMs: `avx512vnni` (NVFP4 weights:
+//! `simd::vnni_tile`, tiles of 2 rows x up to 8 tokens; q8 weights:
+//! `simd::vnni_q8`, 4 rows x 4 tokens) and `avx2` (NVFP4; `simd::avx2_q8`,
+//! 2 rows x 4 tokens). A worker's chunk of rows is taken in such tiles, so
+//! each weight tile is loaded and decoded once per token tile and each
+//! token's activations once per row tile.
 
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use super::{Job, Prepared, Xs, TILE};
+use super::{Job, Prepared, Xs, TILE, TILE_ROWS};
 use crate::simd::avx2_q8::{self, nvfp4_tile as avx2_tile};
 use crate::simd::avx512vnni::Q8In;
 use crate::simd::vnni_q8::{self, q8_tile};
-use crate::simd::vnni_tile::{self, decode_scales, nvfp4_tile, ROWS};
+use crate::simd::vnni_tile::{self, decode_scales, nvfp4_tile};
 use crate::simd::Path;
 use crate::weights::Linear;
 
@@ -24,6 +24,22 @@ macro_rules! by_tokens {
             2 => $f::<$r, 2>($($a),*),
             3 => $f::<$r, 3>($($a),*),
             _ => $f::<$r, 4>($($a),*),
+        }
+    };
+}
+
+/// `$f::<R, n>(args)` for the runtime token count `n` in 1..=8.
+macro_rules! by_tokens8 {
+    ($f:ident, $r:literal, $n:expr, $($a:expr),*) => {
+        match $n {
+            1 => $f::<$r, 1>($($a),*),
+            2 => $f::<$r, 2>($($a),*),
+            3 => $f::<$r, 3>($($a),*),
+            4 => $f::<$r, 4>($($a),*),
+            5 => $f::<$r, 5>($($a),*),
+            6 => $f::<$r, 6>($($a),*),
+            7 => $f::<$r, 7>($($a),*),
+            _ => $f::<$r, 8>($($a),*),
         }
     };
 }
@@ -45,8 +61,8 @@ pub(super) fn rows_job(
     let cols = j.w.cols();
     let (max, max_rows) = match (path, j.w) {
         (Path::Avx2, _) => (avx2_q8::TOKENS, avx2_q8::ROWS),
-        (_, Linear::Nvfp4 { .. }) => (vnni_tile::TOKENS, ROWS),
-        (_, Linear::Q8 { .. }) => (vnni_q8::TOKENS, ROWS),
+        (_, Linear::Nvfp4 { .. }) => (vnni_tile::TOKENS, vnni_tile::ROWS),
+        (_, Linear::Q8 { .. }) => (vnni_q8::TOKENS, vnni_q8::ROWS),
         (_, Linear::Dense { .. }) => unreachable!("dense weights take f32 activations"),
     };
     let tile = j.xp.tile_tokens(cols).min(max);
@@ -55,7 +71,7 @@ pub(super) fn rows_job(
     // decodes two chunks' scales at once; measured 1.1x at 4 tokens).
     let max_rows = if path == Path::Avx2 && pre.is_empty() { 1 } else { max_rows };
     let per_row = pre.len() / rows.len().max(1);
-    let mut out = [[0.0f32; TILE]; ROWS];
+    let mut out = [[0.0f32; TILE]; TILE_ROWS];
     let mut t0 = 0;
     while t0 < tokens {
         let n = tile.min(tokens - t0);
@@ -108,8 +124,10 @@ fn pre_scales<'b>(
             unsafe { avx2_q8::decode_scales(s, gs, cols, out) };
             out
         }
-        Linear::Nvfp4 { scales, global_scale: gs, cols, .. } if many && cols >= 128 => {
-            let out = grown(buf, rows.len() * (cols / 128) * 16);
+        Linear::Nvfp4 { scales, global_scale: gs, cols, .. }
+            if many && cols >= vnni_tile::CHUNK =>
+        {
+            let out = grown(buf, rows.len() * (cols / vnni_tile::CHUNK) * 16);
             let s = &scales[rows.start * cols / 16..rows.end * cols / 16];
             // SAFETY: the caller's path (VNNI) has AVX-512 F/BW/VL; `s`
             // holds `rows.len()` rows of scales, `out` 16 floats per chunk.
@@ -128,7 +146,7 @@ fn grown(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
     &mut buf[..n]
 }
 
-/// Rows `r0..r0 + nr` (`nr` is 1 or [`ROWS`]) against the `n` tokens of `x`
+/// Rows `r0..r0 + nr` (`nr` is 1 or the kernel's `ROWS`) against the `n` tokens of `x`
 /// (`pre`: their pre-decoded NVFP4 scales, or empty).
 #[allow(clippy::too_many_arguments)]
 fn tile_rows(
@@ -138,7 +156,7 @@ fn tile_rows(
     n: usize,
     x: Q8In<'_>,
     pre: &[f32],
-    out: &mut [[f32; TILE]; ROWS],
+    out: &mut [[f32; TILE]; TILE_ROWS],
 ) {
     match *w {
         Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. } => {
@@ -148,10 +166,10 @@ fn tile_rows(
             // supported; `p` and `s` hold `nr` rows, `cols % 16 == 0` (by
             // load), the tile holds `n <= 4` tokens quantized for this kernel.
             unsafe {
-                if nr == ROWS {
-                    by_tokens!(nvfp4_tile, 4, n, p, s, gs, cols, x, pre, out)
+                if nr == vnni_tile::ROWS {
+                    by_tokens8!(nvfp4_tile, 2, n, p, s, gs, cols, x, pre, out)
                 } else {
-                    by_tokens!(nvfp4_tile, 1, n, p, s, gs, cols, x, pre, out)
+                    by_tokens8!(nvfp4_tile, 1, n, p, s, gs, cols, x, pre, out)
                 }
             }
         }
@@ -162,7 +180,7 @@ fn tile_rows(
             // AVX2); `d` and `s` hold `nr` rows, `cols % 32 == 0` (by load),
             // the activations were quantized per 4-column lane for this kernel.
             unsafe {
-                if nr == ROWS {
+                if nr == vnni_q8::ROWS {
                     by_tokens!(q8_tile, 4, n, d, s, cols, x, out)
                 } else {
                     by_tokens!(q8_tile, 1, n, d, s, cols, x, out)
@@ -182,7 +200,7 @@ fn avx2_rows(
     n: usize,
     x: Q8In<'_>,
     pre: &[f32],
-    out: &mut [[f32; TILE]; ROWS],
+    out: &mut [[f32; TILE]; TILE_ROWS],
 ) {
     let Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. } = *w else {
         unreachable!("avx2 takes int8 activations for NVFP4 weights only");

@@ -112,10 +112,12 @@ impl<'a> Model<'a> {
                         SeqState { conv, recurrent, rows: r.clone() }
                     })
                     .collect();
+                let _p = crate::profile::scope(crate::profile::Part::DeltaNet);
                 (d.mix_batch(cfg, pool, &mut p, &mut states), &d.out_proj)
             }
             Mixer::Full(a) => {
                 let mut p = a.project(cfg, pool, &hn, t);
+                let _p = crate::profile::scope(crate::profile::Part::Attention);
                 let mut core = Vec::with_capacity(t * cfg.num_attention_heads * cfg.head_dim);
                 for (s, r) in seqs.iter_mut().zip(rows) {
                     let pos0 = s.state.pos;

@@ -126,7 +126,7 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
     cols: usize,
     x: Q8In<'_>,
     pre: &[f32],
-    out: &mut [[f32; TILE]; super::vnni_tile::ROWS],
+    out: &mut [[f32; TILE]; crate::kernels::TILE_ROWS],
 ) {
     debug_assert!(R <= ROWS && N <= TOKENS && cols % 16 == 0);
     debug_assert!(packed.len() == R * cols / 2 && scales.len() == R * cols / 16);
@@ -194,6 +194,6 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
     }
     for (r, o) in out.iter_mut().enumerate().take(R) {
         let (p, s) = (&packed[r * prow..(r + 1) * prow], &scales[r * srow..(r + 1) * srow]);
-        tail(p, s, gs, cols, chunks * 64, x, N, o);
+        tail(p, s, gs, cols, chunks * 64, x, 8, N, o);
     }
 }

@@ -4,18 +4,15 @@
 //! (`kernels::round_q8`); integer sums are exact, so only the order of the
 //! float steps differs.
 //!
-//! One 64-byte load holds 128 columns. `vpermb` (6 index bits, table
-//! repeated 4 times) turns each low nibble, and after a 16-bit shift each
-//! high nibble, into `2 * E2M1 + 12` (0..=24, unsigned as `vpdpbusd`
-//! wants); byte `j` of the low vector is column `2j`, of the high vector
-//! column `2j + 1`. The activations come as `[even columns | odd columns]`
-//! per 128-column chunk, so dword lane `L` of `vpdpbusd` sums columns
-//! `8L..8L+7` (block `L / 2`), and `corr` removes the `+12` offset
-//! (`-12 * sum(q)` over the lane's 8 columns, the accumulator's start value).
-//! The kernels themselves are GEMM tiles (`simd::vnni_tile`, and
-//! `simd::avx2_q8` on AVX2); this module holds what they share: the
-//! activations' form ([`Q8In`]), the table, the SIMD quantizer and the
-//! scalar tail of a partial chunk.
+//! `vpermb` (6 index bits, table repeated 4 times) turns each low nibble,
+//! and after a 16-bit shift each high nibble, into `2 * E2M1 + 12`
+//! (0..=24, unsigned as `vpdpbusd` wants); the offset correction `corr =
+//! -12 * sum(q)` over the columns a dword lane sums, the accumulator's start
+//! value, removes the `+12`. The kernel itself is a GEMM tile
+//! (`simd::vnni_tile`, and `simd::avx2_q8` on AVX2, each with its own
+//! chunk layout); this module holds what they share: the activations' form
+//! ([`Q8In`]), the table, the SIMD block quantizer and the scalar tail of a
+//! partial chunk.
 
 use crate::weights::e4m3_to_f32;
 use core::arch::x86_64::*;
@@ -39,11 +36,12 @@ pub(crate) const OFFSET: i32 = 12;
 /// `cols / 8` (corr, scale) long.
 #[derive(Clone, Copy)]
 pub(crate) struct Q8In<'a> {
-    /// int8 activations, permuted per 128-column chunk.
+    /// int8 activations, laid out per chunk as the kernel wants them.
     pub q: &'a [i8],
-    /// `-OFFSET * sum(q)` per 8-column group.
+    /// `-OFFSET * sum(q)` per group of columns (the kernel's: 16 for
+    /// `simd::vnni_tile`, 8 for `simd::avx2_q8`).
     pub corr: &'a [i32],
-    /// Half the block's activation scale, per 8-column group.
+    /// Half the block's activation scale, per group of columns.
     pub scale: &'a [f32],
 }
 
@@ -83,7 +81,8 @@ pub(crate) unsafe fn q8_block16(blk: &[f32; 16], qb: &mut [i8; 16]) -> Option<(f
 }
 
 /// Adds the 16-column blocks from column `from` (the end of the last full
-/// chunk) to `cols`, whose activations are in natural order.
+/// chunk) to `cols`, whose activations are in natural order with one scale
+/// per `group` columns.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn tail(
     packed: &[u8],
@@ -92,6 +91,7 @@ pub(super) fn tail(
     cols: usize,
     from: usize,
     x: Q8In<'_>,
+    group: usize,
     n: usize,
     out: &mut [f32; crate::kernels::TILE],
 ) {
@@ -104,7 +104,7 @@ pub(super) fn tail(
                     (i32::from(E2M1_U8[code as usize]) - OFFSET) * i32::from(x.q[t * cols + j])
                 })
                 .sum();
-            *o += s * x.scale[(t * cols + c) / 8] * sum as f32;
+            *o += s * x.scale[(t * cols + c) / group] * sum as f32;
         }
     }
 }

@@ -15,9 +15,11 @@
 use core::arch::x86_64::*;
 
 use super::avx512vnni::Q8In;
-use super::vnni_tile::ROWS;
-use crate::kernels::TILE;
+use crate::kernels::{TILE, TILE_ROWS};
 use crate::weights::Q8_GROUP;
+
+/// Rows per tile in the multi-row kernel.
+pub(crate) const ROWS: usize = 4;
 
 /// Most tokens per tile.
 pub(crate) const TOKENS: usize = 4;
@@ -56,7 +58,7 @@ pub(crate) unsafe fn q8_tile<const R: usize, const N: usize>(
     scales: &[u8],
     cols: usize,
     x: Q8In<'_>,
-    out: &mut [[f32; TILE]; ROWS],
+    out: &mut [[f32; TILE]; TILE_ROWS],
 ) {
     debug_assert!(R <= ROWS && N <= TOKENS && cols % Q8_GROUP == 0);
     debug_assert!(data.len() == R * cols && scales.len() == R * cols / 16);
