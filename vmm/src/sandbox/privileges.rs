@@ -82,29 +82,34 @@ pub fn empty_root() -> std::io::Result<()> {
     let c = |s: &'static CStr| s.as_ptr();
     let none = std::ptr::null::<libc::c_char>();
     let hardened = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // Each step's error names the step, so a warning says which one the
+    // host refused.
+    let step = |what: &str, ret: libc::c_int| {
+        os_err(ret).map_err(|e| std::io::Error::new(e.kind(), format!("{what}: {e}")))
+    };
     // SAFETY: mount, chdir, pivot_root and umount2 take NUL-terminated
     // strings (static literals here) or null where the kernel allows it; the
     // calls change this process's mount namespace only.
     unsafe {
-        os_err(libc::mount(
-            none,
-            c(c"/"),
-            none,
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ))?;
+        let private = libc::MS_REC | libc::MS_PRIVATE;
+        step("making mounts private", libc::mount(none, c(c"/"), none, private, std::ptr::null()))?;
         // /tmp exists on every Linux host; the tmpfs hides it in this
         // namespace only and becomes the new root.
-        let opts = c"size=4k,mode=0555";
-        os_err(libc::mount(c(c"tmpfs"), c(c"/tmp"), c(c"tmpfs"), hardened, opts.as_ptr().cast()))?;
-        os_err(libc::chdir(c(c"/tmp")))?;
+        let opts = c"size=4k,mode=0555".as_ptr().cast();
+        let tmpfs = libc::mount(c(c"tmpfs"), c(c"/tmp"), c(c"tmpfs"), hardened, opts);
+        step("mounting an empty tmpfs on /tmp", tmpfs)?;
+        step("chdir /tmp", libc::chdir(c(c"/tmp")))?;
         // pivot_root(".", ".") stacks the old root on the new one; detaching
         // it leaves the tmpfs alone (pivot_root(2), NOTES).
-        os_err(libc::syscall(libc::SYS_pivot_root, c(c"."), c(c".")) as libc::c_int)?;
-        os_err(libc::umount2(c(c"."), libc::MNT_DETACH))?;
-        os_err(libc::chdir(c(c"/")))?;
+        let pivot = libc::syscall(libc::SYS_pivot_root, c(c"."), c(c".")) as libc::c_int;
+        step("pivot_root", pivot)?;
+        step("detaching the old root", libc::umount2(c(c"."), libc::MNT_DETACH))?;
+        step("chdir /", libc::chdir(c(c"/")))?;
         let ro = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | hardened;
-        os_err(libc::mount(none, c(c"/"), none, ro, std::ptr::null()))
+        step(
+            "remounting the root read-only",
+            libc::mount(none, c(c"/"), none, ro, std::ptr::null()),
+        )
     }
 }
 
