@@ -3,7 +3,8 @@
 //! [`exp`] (from [`crate::exp`]) is the engine's one `e^x`: `simd::attn`
 //! runs the same algorithm on whole slices with AVX2 and AVX-512
 //! ([`silu_mul`], [`sigmoid_in_place`], [`softmax`]). The scalar [`silu`] and
-//! [`sigmoid`] keep `libm::expf`.
+//! [`sigmoid`] keep `libm::expf`; `simd::silu` runs that same `expf` on
+//! vectors, bit for bit (the DeltaNet conv).
 
 pub use crate::exp::exp;
 

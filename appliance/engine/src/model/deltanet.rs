@@ -18,7 +18,7 @@ use crate::config::ModelConfig;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::kernels::{delta_step, matmul_on, matmuls_on, DeltaToken, Product};
-use crate::ops::{l2_norm, rms_norm_gated, sigmoid, silu, softplus};
+use crate::ops::{l2_norm, rms_norm_gated, sigmoid, softplus};
 use crate::pool::{split, Parallel, SharedMut};
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
@@ -311,8 +311,9 @@ impl<'a> DeltaNet<'a> {
             for j in 0..k - 1 {
                 acc += taps[j] * window[j * cd + c];
             }
-            *o = silu(acc);
+            *o = acc;
         }
+        crate::simd::silu::silu_in_place(crate::simd::active(), &mut out);
         if k > 1 {
             window.copy_within(cd.., 0);
             window[(k - 2) * cd..].copy_from_slice(row);

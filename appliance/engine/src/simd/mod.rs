@@ -20,6 +20,7 @@ pub(crate) mod avx512;
 pub(crate) mod avx512vnni;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod q8;
+pub mod silu;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni_q8;
 #[cfg(target_arch = "x86_64")]

@@ -21,7 +21,7 @@ use core::ops::Range;
 
 use super::{DeltaNet, Projected, Seq};
 use crate::config::ModelConfig;
-use crate::ops::{sigmoid, silu, softplus};
+use crate::ops::{sigmoid, softplus};
 use crate::pool::{split, Parallel, SharedMut};
 
 /// One sequence's recurrent state in a batched mix.
@@ -207,7 +207,8 @@ impl DeltaNet<'_> {
             if let Some(last) = win.last_mut() {
                 last[i] = *x;
             }
-            *x = silu(acc);
+            *x = acc;
         }
+        crate::simd::silu::silu_in_place(crate::simd::active(), x);
     }
 }
