@@ -24,6 +24,7 @@
 use core::arch::x86_64::*;
 
 use super::avx512vnni::{tail, Q8In};
+use super::E4m3Scale;
 use crate::kernels::TILE;
 
 /// `2 * E2M1(code) + 12`, for both 128-bit lanes of `vpshufb`.
@@ -32,17 +33,19 @@ const E2M1_U8: [u8; 32] = [
     12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
 ];
 
-/// Eight E4M3 bytes (as dwords) decoded and times `gs`: exactly
-/// `E4M3_TABLE[b] * gs` for every byte except the NaN codes (which `pack
-/// verify` rejects).
+/// Eight E4M3 bytes (sign-extended to dwords) decoded and times the global
+/// scale: exactly `E4M3_TABLE[b] * gs` for every byte except the NaN codes
+/// (which `pack verify` rejects); see [`E4m3Scale`].
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn e4m3x8(b: __m256i, gs: __m256) -> __m256 {
-    let mag = _mm256_slli_epi32::<20>(_mm256_and_si256(b, _mm256_set1_epi32(0x7F)));
-    let sign = _mm256_slli_epi32::<24>(_mm256_and_si256(b, _mm256_set1_epi32(0x80)));
-    let v = _mm256_castsi256_ps(_mm256_or_si256(mag, sign));
-    let v = _mm256_mul_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7B80_0000)));
-    _mm256_mul_ps(v, gs)
+pub(super) fn e4m3x8(b: __m256i, gs: E4m3Scale) -> __m256 {
+    let bits = _mm256_and_si256(_mm256_slli_epi32::<20>(b), _mm256_set1_epi32(E4m3Scale::BITS));
+    let v = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(gs.k));
+    if gs.folded {
+        v
+    } else {
+        _mm256_mul_ps(v, _mm256_set1_ps(gs.gs))
+    }
 }
 
 /// The scales of the two chunks whose 8 block scales start at `p`: each
@@ -52,9 +55,9 @@ fn e4m3x8(b: __m256i, gs: __m256) -> __m256 {
 /// AVX2 must be available; 8 readable bytes at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn weight_scales2(p: *const u8, gs: __m256) -> [__m256; 2] {
+unsafe fn weight_scales2(p: *const u8, gs: E4m3Scale) -> [__m256; 2] {
     // SAFETY: 8 bytes at `p` by the caller.
-    let s = e4m3x8(_mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(p as *const __m128i) }), gs);
+    let s = e4m3x8(_mm256_cvtepi8_epi32(unsafe { _mm_loadl_epi64(p as *const __m128i) }), gs);
     let (a, b) =
         (_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
     [_mm256_permutevar8x32_ps(s, a), _mm256_permutevar8x32_ps(s, b)]
@@ -66,11 +69,11 @@ unsafe fn weight_scales2(p: *const u8, gs: __m256) -> [__m256; 2] {
 /// AVX2 must be available; 4 readable bytes at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn weight_scales(p: *const u8, gs: __m256) -> __m256 {
+unsafe fn weight_scales(p: *const u8, gs: E4m3Scale) -> __m256 {
     // SAFETY: 4 bytes at `p` by the caller.
     let b = _mm_cvtsi32_si128(i32::from_le_bytes(unsafe { *(p as *const [u8; 4]) }));
     let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
-    e4m3x8(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(b, dup)), gs)
+    e4m3x8(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(b, dup)), gs)
 }
 
 /// Rows per tile in the multi-row kernel (`ROWS x TOKENS` accumulators and
@@ -93,7 +96,7 @@ pub(crate) unsafe fn decode_scales(scales: &[u8], gs: f32, cols: usize, out: &mu
     let (chunks, srow) = (cols / 64, cols / 16);
     let rows = scales.len() / srow.max(1);
     debug_assert!(scales.len() == rows * srow && out.len() == rows * chunks * 8);
-    let gsv = _mm256_set1_ps(gs);
+    let gsv = E4m3Scale::new(gs);
     for r in 0..rows {
         for c in 0..chunks {
             // SAFETY: 4 bytes at r*srow + 4c < scales.len(); 8 floats at
@@ -140,7 +143,7 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
     // inside the slices by the preconditions.
     unsafe {
         let lut = _mm256_loadu_si256(E2M1_U8.as_ptr() as *const __m256i);
-        let (nib, ones, gsv) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1), _mm256_set1_ps(gs));
+        let (nib, ones, gsv) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1), E4m3Scale::new(gs));
         let mut acc = [[_mm256_setzero_ps(); N]; R];
         let mut pair = [_mm256_setzero_ps(); 2];
         for c in 0..chunks {

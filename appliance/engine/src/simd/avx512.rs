@@ -16,22 +16,28 @@
 use core::arch::x86_64::*;
 
 use super::avx2::E2M1_LUT;
+use super::E4m3Scale;
 use crate::kernels::{DeltaToken, Mat, MatMut};
 use crate::weights::e4m3_to_f32;
 
-/// Reads 16 E4M3 bytes as f32 times `gs` (exact E4M3 decode: the bits are
-/// moved into an f32 exponent/mantissa and rescaled by 2^120; the 0x7F/0xFF
-/// NaN codes are not special-cased).
+/// Reads 16 E4M3 bytes as f32 times the global scale (exact E4M3 decode:
+/// the sign-extended byte shifted left by 20 puts the sign in bit 31 and
+/// the exponent and mantissa in bits 20-26, an f32 2^120 below the value;
+/// the 0x7F/0xFF NaN codes are not special-cased). Bit-identical to
+/// `E4M3_TABLE[b] * gs`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub(super) unsafe fn e4m3x16(p: *const u8, gs: __m512) -> __m512 {
+pub(super) unsafe fn e4m3x16(p: *const u8, gs: E4m3Scale) -> __m512 {
     // SAFETY: the caller guarantees 16 readable bytes at `p`.
     unsafe {
-        let b = _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i));
-        let mag = _mm512_slli_epi32::<20>(_mm512_and_si512(b, _mm512_set1_epi32(0x7F)));
-        let sign = _mm512_slli_epi32::<24>(_mm512_and_si512(b, _mm512_set1_epi32(0x80)));
-        let v = _mm512_castsi512_ps(_mm512_or_si512(mag, sign));
-        _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(f32::from_bits(0x7B80_0000))), gs)
+        let b = _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i));
+        let bits = _mm512_and_si512(_mm512_slli_epi32::<20>(b), _mm512_set1_epi32(E4m3Scale::BITS));
+        let v = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(gs.k));
+        if gs.folded {
+            v
+        } else {
+            _mm512_mul_ps(v, _mm512_set1_ps(gs.gs))
+        }
     }
 }
 
@@ -86,7 +92,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
     // preconditions.
     unsafe {
         let idx: [__m512i; 2] = core::mem::transmute(SCALE_IDX);
-        let gsv = _mm512_set1_ps(gs);
+        let gsv = E4m3Scale::new(gs);
         // Two sets of accumulators (even and odd chunks) hide the FMA latency
         // for one token; every tile size uses them, so a token's sum is the
         // same whether it is alone or in a tile (batched decode, sessions).

@@ -26,6 +26,41 @@ pub(crate) mod vnni_q8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni_tile;
 
+/// A global scale as the vector E4M3 decoders (`avx512::e4m3x16`,
+/// `avx2_q8::e4m3x8`) apply it. They place a sign-extended E4M3 byte's
+/// bits in an f32 that reads 2^120 below its value; multiplying by `2^120 *
+/// gs` at once equals multiplying by 2^120 (exact) and then by `gs` whenever
+/// `2^120 * gs` is itself exact (a normal float), so one multiply serves
+/// and every scale stays bit-identical to `E4M3_TABLE[b] * gs`; other `gs`
+/// (zero, not finite) take the two multiplies.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct E4m3Scale {
+    /// `2^120 * gs` when `folded`, else 2^120.
+    pub(super) k: f32,
+    /// `gs`, applied separately unless `folded`.
+    pub(super) gs: f32,
+    /// Whether `k` already holds `gs`.
+    pub(super) folded: bool,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl E4m3Scale {
+    /// 2^120: how much too small an E4M3 byte's bits read in an f32.
+    pub(super) const RESCALE: f32 = f32::from_bits(0x7B80_0000);
+
+    /// Keeps the sign (bit 31) and the exponent and mantissa (bits 20-26) of
+    /// a sign-extended E4M3 byte shifted left by 20.
+    pub(super) const BITS: i32 = 0x87F0_0000u32 as i32;
+
+    /// `gs` prepared for the decoders.
+    pub(crate) fn new(gs: f32) -> Self {
+        let k = Self::RESCALE * gs;
+        let folded = k.is_normal();
+        E4m3Scale { k: if folded { k } else { Self::RESCALE }, gs, folded }
+    }
+}
+
 /// How far ahead of the weight line being read the row kernels prefetch.
 /// The rows are read front to back and one after another, so the stream is
 /// one long sequential read; the hardware prefetchers stop at every 4 KiB
@@ -247,6 +282,73 @@ pub fn force(path: Option<Path>) -> Result<(), Unsupported> {
         None => {
             FORCED.store(AUTO, Ordering::Relaxed);
             Ok(())
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use core::arch::x86_64::*;
+
+    use super::E4m3Scale;
+
+    /// Global scales that fold (a normal `2^120 gs`) and that do not.
+    const SCALES: [f32; 10] =
+        [1.0, 0.0123, 3.0e-7, 255.9, 1.0e-38, 256.0, 1.0e30, 1.0e-40, 0.0, f32::NAN];
+
+    /// The decode as the scalar code reads it (the bits placed, then two multiplies).
+    fn scalar(b: u8, gs: f32) -> f32 {
+        let bits = (u32::from(b & 0x7F) << 20) | (u32::from(b & 0x80) << 24);
+        f32::from_bits(bits) * E4m3Scale::RESCALE * gs
+    }
+
+    fn assert_same(b: u8, gs: f32, got: f32) {
+        let want = scalar(b, gs);
+        let same = got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
+        assert!(same, "byte {b:#04x} gs {gs:e}: {got:e} vs {want:e}");
+    }
+
+    #[test]
+    fn e4m3x16_is_bit_identical_to_the_scalar_decode_for_every_byte_and_scale() {
+        if !std::is_x86_feature_detected!("avx512bw") || !std::is_x86_feature_detected!("avx512vl")
+        {
+            eprintln!("no AVX-512 here: nothing to compare");
+            return;
+        }
+        let bytes: Vec<u8> = (0..=255).collect();
+        for gs in SCALES {
+            for sixteen in bytes.chunks_exact(16) {
+                let mut got = [0f32; 16];
+                // SAFETY: AVX-512 F/BW/VL checked above; 16 bytes at the
+                // pointer, 16 floats in `got`.
+                unsafe {
+                    let v = super::avx512::e4m3x16(sixteen.as_ptr(), E4m3Scale::new(gs));
+                    _mm512_storeu_ps(got.as_mut_ptr(), v);
+                }
+                sixteen.iter().zip(got).for_each(|(b, g)| assert_same(*b, gs, g));
+            }
+        }
+    }
+
+    #[test]
+    fn e4m3x8_is_bit_identical_to_the_scalar_decode_for_every_byte_and_scale() {
+        if !std::is_x86_feature_detected!("avx2") || !std::is_x86_feature_detected!("fma") {
+            eprintln!("no AVX2 here: nothing to compare");
+            return;
+        }
+        let bytes: Vec<u8> = (0..=255).collect();
+        for gs in SCALES {
+            for eight in bytes.chunks_exact(8) {
+                let mut got = [0f32; 8];
+                // SAFETY: AVX2 + FMA checked above; 8 bytes at the pointer,
+                // 8 floats in `got`.
+                unsafe {
+                    let b = _mm256_cvtepi8_epi32(_mm_loadl_epi64(eight.as_ptr() as *const __m128i));
+                    let v = super::avx2_q8::e4m3x8(b, E4m3Scale::new(gs));
+                    _mm256_storeu_ps(got.as_mut_ptr(), v);
+                }
+                eight.iter().zip(got).for_each(|(b, g)| assert_same(*b, gs, g));
+            }
         }
     }
 }

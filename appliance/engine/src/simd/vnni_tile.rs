@@ -26,6 +26,7 @@ use core::mem::transmute;
 
 use super::avx512::e4m3x16;
 use super::avx512vnni::{tail, Q8In, E2M1_U8};
+use super::E4m3Scale;
 use crate::kernels::{TILE, TILE_ROWS};
 
 /// Columns per chunk.
@@ -72,7 +73,7 @@ pub(crate) unsafe fn decode_scales(scales: &[u8], gs: f32, cols: usize, out: &mu
     let (chunks, srow) = (cols / CHUNK, cols / 16);
     let rows = scales.len() / srow.max(1);
     debug_assert!(scales.len() == rows * srow && out.len() == rows * chunks * 16);
-    let gsv = _mm512_set1_ps(gs);
+    let gsv = E4m3Scale::new(gs);
     for r in 0..rows {
         for c in 0..chunks {
             // SAFETY: 16 bytes at r*srow + 16c <= scales.len(); 16 floats at
@@ -122,7 +123,7 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
     unsafe {
         let lut: __m512i = transmute(E2M1_U8);
         let split: [__m512i; 2] = transmute(SPLIT);
-        let gsv = _mm512_set1_ps(gs);
+        let gsv = E4m3Scale::new(gs);
         let mut acc = [[_mm512_setzero_ps(); N]; R];
         for c in 0..chunks {
             let mut w = [[_mm512_setzero_si512(); 4]; R];
