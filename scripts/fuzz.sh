@@ -18,7 +18,8 @@
 # one input (default 2048: more counts as a crash, e.g. an allocation sized by the input).
 # KORE_FUZZ_TIMEOUT_S is libFuzzer's per-input timeout (default 20 s, wall clock: raise it
 # when the campaign may be paused with SIGSTOP, or a paused input is reported as a timeout).
-# KORE_FUZZ_CLOCK=cpu makes SECONDS the fuzzer's CPU time (user + system) instead of wall
+# KORE_FUZZ_CLOCK=cpu makes SECONDS the fuzzer's CPU time (user + system, with the children it
+# has reaped: LeakSanitizer's leak checks run in a forked tracer) instead of wall
 # time, for campaigns that share the cores: the run ends with SIGINT (libFuzzer's final
 # stats) once the fuzzer process has used that much. Every summary line gives the CPU time.
 set -euo pipefail
@@ -80,12 +81,13 @@ run_one() {
         -artifact_prefix="$artifacts/" >"$log" 2>&1 &
     local cargo_pid=$! fuzzer="" cpu=0 interrupted=0
     # The fuzzer runs below this run's cargo (another run of the same target may be going
-    # on beside it); its CPU time is read from /proc while it runs.
+    # on beside it); its CPU time is read from /proc while it runs, with its reaped children's
+    # (`http_api` spent most of its first minutes in LeakSanitizer's tracer processes).
     while kill -0 "$cargo_pid" 2>/dev/null; do
         sleep 2
         [ -n "$fuzzer" ] || fuzzer=$(descendant "$cargo_pid" "$t" || true)
         [ -n "$fuzzer" ] && [ -r "/proc/$fuzzer/stat" ] || continue
-        cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) / hz) }' "/proc/$fuzzer/stat" 2>/dev/null || echo "$cpu")
+        cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15 + $16 + $17) / hz) }' "/proc/$fuzzer/stat" 2>/dev/null || echo "$cpu")
         if [ "$cpu_budget" -gt 0 ] && [ "$cpu" -ge "$cpu_budget" ] && [ "$interrupted" = 0 ]; then
             kill -INT "$fuzzer" 2>/dev/null || true
             interrupted=1
