@@ -3,6 +3,8 @@
 
 use alloc::vec::Vec;
 
+use crate::ops::{any_above, SCAN};
+
 /// How to pick the next token.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -66,10 +68,16 @@ pub struct Sampler {
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0usize;
     let mut best_v = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best_v {
-            best = i;
-            best_v = v;
+    for (c, run) in logits.chunks(SCAN).enumerate() {
+        // Most runs hold nothing above the best so far: one vector pass each.
+        if !any_above(run, best_v) {
+            continue;
+        }
+        for (j, &v) in run.iter().enumerate() {
+            if v > best_v {
+                best = c * SCAN + j;
+                best_v = v;
+            }
         }
     }
     best as u32
@@ -186,6 +194,42 @@ mod tests {
         assert_eq!(argmax(&[1.0, 3.0, 3.0, f32::NAN]), 1);
         assert_eq!(argmax(&[f32::NAN, -1.0]), 1);
         assert_eq!(Sampler::new(SamplingParams::greedy()).sample(&[0.0, 2.0, 1.0]), 1);
+    }
+
+    #[test]
+    fn greedy_over_a_vocabulary_sized_row_matches_a_plain_scan() {
+        // Index of the first maximum, NaN never winning, as one scan reads it.
+        let plain = |z: &[f32]| {
+            let mut best = 0;
+            for (i, v) in z.iter().enumerate() {
+                if *v > z[best] || (z[best].is_nan() && !v.is_nan()) {
+                    best = i;
+                }
+            }
+            best as u32
+        };
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut z: Vec<f32> = (0..248_320)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                if s % 997 == 0 {
+                    f32::NAN
+                } else {
+                    ((s >> 40) % 100_000) as f32 / 7.0
+                }
+            })
+            .collect();
+        assert_eq!(argmax(&z), plain(&z));
+        // A tie between the last value of one run and a later run, then a NaN first.
+        let top = 1.0e6;
+        (z[SCAN * 3 - 1], z[SCAN * 900 + 5], z[0]) = (top, top, f32::NAN);
+        assert_eq!(argmax(&z), (SCAN * 3 - 1) as u32);
+        assert_eq!(argmax(&z), plain(&z));
+        // Every value below the start (-inf) or NaN: index 0.
+        assert_eq!(argmax(&[f32::NAN; 300]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 300]), 0);
     }
 
     #[test]

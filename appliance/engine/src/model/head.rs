@@ -14,6 +14,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::kernels::dot;
+use crate::ops::{any_above, SCAN};
 use crate::weights::Linear;
 
 /// Candidates per row that are rescored with the exact head.
@@ -35,9 +36,6 @@ pub(crate) fn rescore(exact: &Linear<'_>, hidden: &[f32], logits: &mut [f32]) {
     }
 }
 
-/// Values [`top_k`] tests at once before looking at them one by one.
-const SCAN: usize = 64;
-
 /// The indices of the `k` largest values of `z` (all of them when `z` is
 /// shorter; NaNs never chosen over numbers), in no particular order.
 pub(crate) fn top_k(z: &[f32], k: usize, out: &mut Vec<u32>) {
@@ -50,9 +48,9 @@ pub(crate) fn top_k(z: &[f32], k: usize, out: &mut Vec<u32>) {
     let mut floor = f32::NEG_INFINITY;
     for (c, chunk) in z.chunks(SCAN).enumerate() {
         // Once `floor` has risen, `out` holds at least k and only values
-        // above `floor` enter: a run of values with none (one compare each,
-        // vectorized; most of a 248K vocabulary) is passed over.
-        if floor > f32::NEG_INFINITY && !chunk.iter().fold(false, |any, &v| any | (v > floor)) {
+        // above `floor` enter: a run with none (most of a 248K vocabulary)
+        // is passed over.
+        if floor > f32::NEG_INFINITY && !any_above(chunk, floor) {
             continue;
         }
         for (j, &v) in chunk.iter().enumerate() {
