@@ -10,7 +10,10 @@
 # input in target/fuzz-artifacts/TARGET and makes the script exit non-zero; reproduce it with
 #   cd fuzz && cargo +nightly fuzz run TARGET ../target/fuzz-artifacts/TARGET/crash-...
 # Each run prints one summary line: target, seconds, executions, coverage (cov: edges,
-# ft: features), corpus entries, crashes, and its log (target/fuzz-logs/TARGET-TIME-PID.log).
+# ft: features), corpus entries, crashes, slow units, and its log
+# (target/fuzz-logs/TARGET-TIME-PID.log). A slow unit (an input that ran over 10 s of wall
+# time, kept as slow-unit-*) is reported but does not fail the run: a campaign paused with
+# SIGSTOP leaves one behind; rerun it (command above) to see whether it is slow on its own.
 #
 # Needs a nightly toolchain (libFuzzer's instrumentation flags) and cargo-fuzz: installed when
 # missing (KORE_FUZZ_TOOLCHAIN, default `nightly`). Run several targets at once by starting
@@ -71,8 +74,9 @@ run_one() {
     local artifacts="$REPO/target/fuzz-artifacts/$t"
     local log="$REPO/target/fuzz-logs/$t-$(date -u +%Y%m%dT%H%M%SZ)-$$.log"
     mkdir -p "$corpus" "$seeds" "$artifacts" "$(dirname "$log")"
-    local before
-    before=$(find "$artifacts" -type f | wc -l)
+    local before slow_before
+    before=$(find "$artifacts" -type f ! -name 'slow-unit-*' | wc -l)
+    slow_before=$(find "$artifacts" -type f -name 'slow-unit-*' | wc -l)
     local status=0 wall=$secs cpu_budget=0
     # A CPU budget: libFuzzer's own (wall) limit is set far away and the watcher below ends it.
     if [ "${KORE_FUZZ_CLOCK:-wall}" = cpu ]; then cpu_budget=$secs wall=$((secs * 1000)); fi
@@ -96,11 +100,12 @@ run_one() {
     wait "$cargo_pid" || status=$?
     # libFuzzer exits 72 after the SIGINT that ended a CPU-time budget.
     if [ "$interrupted" = 1 ] && grep -q 'libFuzzer: run interrupted' "$log"; then status=0; fi
-    local crashes=$(( $(find "$artifacts" -type f | wc -l) - before ))
+    local crashes=$(( $(find "$artifacts" -type f ! -name 'slow-unit-*' | wc -l) - before ))
+    local slow=$(( $(find "$artifacts" -type f -name 'slow-unit-*' | wc -l) - slow_before ))
     local last execs
     last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
     execs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')
-    echo "fuzz $t: ${secs}s (${KORE_FUZZ_CLOCK:-wall}), CPU ${cpu}s, executions $execs, $(sed -E 's/^#[0-9]+[[:space:]]+[A-Za-z]+[[:space:]]+//; s/[[:space:]]+(lim|exec\/s|rss|L|MS):.*//' <<<"$last"), crashes $crashes (log $log)"
+    echo "fuzz $t: ${secs}s (${KORE_FUZZ_CLOCK:-wall}), CPU ${cpu}s, executions $execs, $(sed -E 's/^#[0-9]+[[:space:]]+[A-Za-z]+[[:space:]]+//; s/[[:space:]]+(lim|exec\/s|rss|L|MS):.*//' <<<"$last"), crashes $crashes, slow units $slow (log $log)"
     if [ "$status" -ne 0 ] || [ "$crashes" -gt 0 ]; then
         grep -E 'ERROR|panicked|Test unit written' "$log" | head -5 >&2 || true
         return 1
