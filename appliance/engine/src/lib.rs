@@ -35,6 +35,7 @@ pub mod profile;
 /// The strict safetensors reader (from kore-pack-format).
 pub use kore_pack_format::safetensors;
 pub mod sampling;
+mod scan;
 pub mod simd;
 pub mod source;
 pub mod spec;

@@ -18,17 +18,6 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + libm::expf(-x))
 }
 
-/// Values the logit scans ([`crate::sampling::argmax`], the head's top-k)
-/// test at once with [`any_above`] before looking at them one by one.
-pub(crate) const SCAN: usize = 64;
-
-/// Whether any value of `run` is above `floor` (NaNs are not): one
-/// branch-free compare per value, which the compiler vectorizes, so the
-/// logit scans pass over the runs below their running best in one step.
-pub(crate) fn any_above(run: &[f32], floor: f32) -> bool {
-    run.iter().fold(false, |any, &v| any | (v > floor))
-}
-
 /// `g = silu(g) * u` elementwise, with the active path's vectorised exp
 /// (the SwiGLU of an MLP).
 pub fn silu_mul(g: &mut [f32], u: &[f32]) {

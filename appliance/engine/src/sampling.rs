@@ -3,7 +3,7 @@
 
 use alloc::vec::Vec;
 
-use crate::ops::{any_above, SCAN};
+use crate::scan::{any_above, at_least, top_k, SCAN};
 
 /// How to pick the next token.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -112,13 +112,20 @@ impl Sampler {
         if p.is_greedy() {
             return alloc::vec![(argmax(logits), 1.0)];
         }
-        // Candidates sorted by logit, best first (NaN excluded).
-        let mut cand: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| !v.is_nan())
-            .map(|(i, &v)| (i as u32, v))
-            .collect();
+        // Candidates sorted by logit, best first (NaN excluded). With top-k,
+        // every one of the k best is at least the k-th largest logit: only
+        // those (ties included) are gathered, by two scans, not the vocabulary.
+        let mut cand: Vec<(u32, f32)> = Vec::new();
+        if p.top_k > 0 && p.top_k < logits.len() {
+            let mut ids = Vec::with_capacity(2 * p.top_k);
+            top_k(logits, p.top_k, &mut ids);
+            let floor = ids.iter().map(|&i| logits[i as usize]).fold(f32::INFINITY, f32::min);
+            at_least(logits, floor, &mut cand);
+        } else {
+            cand.extend(
+                logits.iter().enumerate().filter(|(_, v)| !v.is_nan()).map(|(i, &v)| (i as u32, v)),
+            );
+        }
         if cand.is_empty() {
             return Vec::new();
         }
@@ -230,6 +237,39 @@ mod tests {
         // Every value below the start (-inf) or NaN: index 0.
         assert_eq!(argmax(&[f32::NAN; 300]), 0);
         assert_eq!(argmax(&[f32::NEG_INFINITY; 300]), 0);
+    }
+
+    #[test]
+    fn top_k_candidates_match_a_full_sort_with_ties_and_nans() {
+        // Few distinct values over a vocabulary-sized row: long runs of ties
+        // at every top-k boundary, both zeros, NaNs and infinities.
+        let mut s = 0x5851_F42D_4C95_7F2Du64;
+        let z: Vec<f32> = (0..248_320)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                match s % 500 {
+                    0 => f32::NAN,
+                    1 => f32::NEG_INFINITY,
+                    2 => -0.0,
+                    _ => ((s >> 40) % 2000) as f32 / 100.0 - 10.0,
+                }
+            })
+            .collect();
+        let mut sorted: Vec<(u32, f32)> = z
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_nan())
+            .map(|(i, &v)| (i as u32, v))
+            .collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        for k in [1, 40, 1000] {
+            let dist = Sampler::new(params(0.8, k, 1.0, 0.0)).distribution(&z);
+            let got: Vec<u32> = dist.iter().map(|d| d.0).collect();
+            let want: Vec<u32> = sorted[..k].iter().map(|c| c.0).collect();
+            assert_eq!(got, want, "top_k {k}");
+        }
     }
 
     #[test]
