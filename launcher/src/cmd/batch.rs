@@ -302,62 +302,95 @@ struct Runner<'a> {
     summary: &'a mut Summary,
 }
 
+/// How long the runner waits for another answer after one it got (and, ten
+/// times that, at most takes answers) before it refills the free slots: the
+/// service ends a step's requests together.
+const SETTLE: Duration = Duration::from_millis(2);
+
+/// What the runner tracks between events.
+struct Flight {
+    waiting: VecDeque<usize>,
+    in_flight: usize,
+    retry_at: Option<Instant>,
+    started: Instant,
+}
+
 impl Runner<'_> {
+    /// Keeps up to `concurrency` requests in flight. Slots freed by answers
+    /// that arrive together are refilled together, in one write, so the new
+    /// requests' prefills share a step (one pass over the weights) instead of
+    /// the first starting alone and holding up the rest.
     fn run(&mut self, concurrency: usize) -> Result<()> {
-        let mut waiting: VecDeque<usize> = (0..self.jobs.len())
+        let waiting = (0..self.jobs.len())
             .filter(|&i| matches!(self.jobs[i].work, Work::Request(_)))
             .collect();
-        let mut in_flight = 0usize;
+        let mut f = Flight { waiting, in_flight: 0, retry_at: None, started: Instant::now() };
         let mut next_row = 0usize;
-        let mut retry_at: Option<Instant> = None;
-        let started = Instant::now();
         loop {
-            while in_flight < concurrency && retry_at.is_none_or(|t| Instant::now() >= t) {
-                let Some(i) = waiting.pop_front() else { break };
+            let mut requests = Vec::new();
+            while f.in_flight < concurrency && f.retry_at.is_none_or(|t| Instant::now() >= t) {
+                let Some(i) = f.waiting.pop_front() else { break };
                 let Work::Request(obj) = &self.jobs[i].work else { continue };
                 let mut req = obj.clone();
                 req.insert("id".into(), Value::from(i as u64));
-                self.conn.send(&Value::Object(req))?;
-                in_flight += 1;
-                retry_at = None;
+                requests.push(Value::Object(req));
+                f.in_flight += 1;
+                f.retry_at = None;
+            }
+            if !requests.is_empty() {
+                self.conn.send_all(&requests)?;
             }
             write_rows(self.jobs, &mut next_row, self.out, self.bar)?;
-            if in_flight == 0 && waiting.is_empty() {
+            if f.in_flight == 0 && f.waiting.is_empty() {
                 return Ok(());
             }
-            let Some(ev) = self.conn.next_timeout(Duration::from_millis(200)) else { continue };
-            let (i, row) = match ev {
-                Event::Delta { .. } | Event::Info { .. } => continue,
-                Event::Closed(why) => return Err(LaunchError::Other(why)),
-                Event::Done { id, body } => {
-                    let Some(i) = self.index(&id) else { continue };
-                    self.summary.answered += 1;
-                    let tokens = body["stats"]["generated_tokens"].as_u64().unwrap_or(0);
-                    self.summary.tokens += tokens;
-                    (i, self.result_row(i, body))
-                }
-                Event::Error { id, code, message } => {
-                    let Some(i) = self.index(&id) else {
-                        return Err(LaunchError::Other(format!(
-                            "the appliance refused a request ({code}): {message}"
-                        )));
-                    };
-                    if code == "overloaded" {
-                        // Another client filled the queue: send it again shortly.
-                        waiting.push_front(i);
-                        in_flight -= 1;
-                        retry_at = Some(Instant::now() + Duration::from_millis(250));
-                        continue;
-                    }
-                    self.summary.errors += 1;
-                    (i, error_row(&self.jobs[i].name, &code, &message))
-                }
-            };
-            self.jobs[i].work = Work::Row(row);
-            in_flight -= 1;
-            let rate = self.summary.tokens as f64 / started.elapsed().as_secs_f64().max(1e-9);
-            self.bar.set_message(format!("{rate:.1} tok/s"));
+            let Some(mut ev) = self.conn.next_timeout(Duration::from_millis(200)) else { continue };
+            let until = Instant::now() + 10 * SETTLE;
+            loop {
+                self.absorb(ev, &mut f)?;
+                let more =
+                    if Instant::now() < until { self.conn.next_timeout(SETTLE) } else { None };
+                let Some(more) = more else { break };
+                ev = more;
+            }
         }
+    }
+
+    /// Takes one event: an answer becomes its row, an `overloaded` refusal
+    /// goes back to the queue.
+    fn absorb(&mut self, ev: Event, f: &mut Flight) -> Result<()> {
+        let (i, row) = match ev {
+            Event::Delta { .. } | Event::Info { .. } => return Ok(()),
+            Event::Closed(why) => return Err(LaunchError::Other(why)),
+            Event::Done { id, body } => {
+                let Some(i) = self.index(&id) else { return Ok(()) };
+                self.summary.answered += 1;
+                let tokens = body["stats"]["generated_tokens"].as_u64().unwrap_or(0);
+                self.summary.tokens += tokens;
+                (i, self.result_row(i, body))
+            }
+            Event::Error { id, code, message } => {
+                let Some(i) = self.index(&id) else {
+                    return Err(LaunchError::Other(format!(
+                        "the appliance refused a request ({code}): {message}"
+                    )));
+                };
+                if code == "overloaded" {
+                    // Another client filled the queue: send it again shortly.
+                    f.waiting.push_front(i);
+                    f.in_flight -= 1;
+                    f.retry_at = Some(Instant::now() + Duration::from_millis(250));
+                    return Ok(());
+                }
+                self.summary.errors += 1;
+                (i, error_row(&self.jobs[i].name, &code, &message))
+            }
+        };
+        self.jobs[i].work = Work::Row(row);
+        f.in_flight -= 1;
+        let rate = self.summary.tokens as f64 / f.started.elapsed().as_secs_f64().max(1e-9);
+        self.bar.set_message(format!("{rate:.1} tok/s"));
+        Ok(())
     }
 
     fn index(&self, id: &Value) -> Option<usize> {

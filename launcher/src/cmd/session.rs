@@ -152,10 +152,19 @@ impl Conn {
 
     /// Sends one request object as a line.
     pub fn send(&mut self, request: &Value) -> Result<()> {
-        let mut line = request.to_string();
-        line.push('\n');
+        self.send_all(core::slice::from_ref(request))
+    }
+
+    /// Sends request objects as lines in one write, so that the service
+    /// reads them together and starts them in the same step.
+    pub fn send_all(&mut self, requests: &[Value]) -> Result<()> {
+        let mut lines = String::new();
+        for r in requests {
+            lines.push_str(&r.to_string());
+            lines.push('\n');
+        }
         self.writer
-            .write_all(line.as_bytes())
+            .write_all(lines.as_bytes())
             .and_then(|()| self.writer.flush())
             .map_err(|e| LaunchError::Other(format!("sending to the appliance: {e}")))
     }
