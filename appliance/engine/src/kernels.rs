@@ -183,9 +183,10 @@ pub fn q8_activations(path: Path, w: &Linear<'_>) -> bool {
 }
 
 /// One product as the workers see it: prepared input, output, chunking.
-struct Job<'p, 'w> {
+struct Job<'j, 'p, 'w> {
     w: &'p Linear<'w>,
-    xp: Prepared<'p>,
+    /// Shared by the batch's products with the same activations and [`Form`].
+    xp: &'j Prepared<'p>,
     out: SharedMut,
     rows: usize,
     chunk_rows: usize,
@@ -211,18 +212,36 @@ pub fn matmuls_with(
     products: &mut [Product<'_, '_>],
 ) {
     assert!(path.supported(), "kernel path {} is not supported by this CPU", path.name());
-    let mut jobs = Vec::with_capacity(products.len());
-    let (mut chunks, mut work) = (0, 0);
-    for p in products.iter_mut() {
+    // Each distinct (activations, form) is prepared once: the products of a
+    // layer's projections or of an MLP's gate and up share their input.
+    let mut preps: Vec<(*const f32, usize, Form, Prepared<'_>)> = Vec::new();
+    let mut prep_of = Vec::with_capacity(products.len());
+    for p in products.iter() {
         let (rows, cols) = (p.w.rows(), p.w.cols());
         assert_eq!(p.x.len(), tokens * cols, "matmul input shape");
         assert_eq!(p.y.len(), tokens * rows, "matmul output shape");
         if tokens == 0 || rows == 0 {
+            prep_of.push(None);
             continue;
         }
+        let form = form(path, p.w);
+        let same = |(x, n, f, _): &(*const f32, usize, Form, Prepared<'_>)| {
+            (*x, *n, *f) == (p.x.as_ptr(), p.x.len(), form)
+        };
+        let k = preps.iter().position(same).unwrap_or_else(|| {
+            preps.push((p.x.as_ptr(), p.x.len(), form, prepare(form, p.x, tokens, cols)));
+            preps.len() - 1
+        });
+        prep_of.push(Some(k));
+    }
+    let mut jobs = Vec::with_capacity(products.len());
+    let (mut chunks, mut work) = (0, 0);
+    for (p, k) in products.iter_mut().zip(prep_of) {
+        let Some(k) = k else { continue };
+        let (rows, cols) = (p.w.rows(), p.w.cols());
         let row_bytes = (p.w.weight_bytes() / rows).max(1);
         let chunk_rows = (CHUNK_BYTES / row_bytes).next_multiple_of(16).max(16);
-        let xp = prepare(path, p.w, p.x, tokens);
+        let xp = &preps[k].3;
         jobs.push(Job { w: p.w, xp, out: SharedMut::new(p.y), rows, chunk_rows, first: chunks });
         chunks += rows.div_ceil(chunk_rows);
         work += rows * cols * tokens;
@@ -257,7 +276,7 @@ pub fn matmuls_with(
 /// tiles' decoded scales (reused from chunk to chunk).
 fn rows_job(
     path: Path,
-    j: &Job<'_, '_>,
+    j: &Job<'_, '_, '_>,
     rows: Range<usize>,
     tokens: usize,
     scratch: &mut Vec<f32>,
@@ -285,24 +304,45 @@ fn rows_job(
     }
 }
 
-/// Activations as the path's kernel for `w` wants them (see `simd::avx512`).
-fn prepare<'x>(path: Path, w: &Linear<'_>, x: &'x [f32], tokens: usize) -> Prepared<'x> {
+/// What a product's kernel reads in place of its f32 activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// The activations as they are.
+    F32,
+    /// Permuted per chunk for the `avx512` NVFP4 (8) or bf16 (32) kernels.
+    Permuted(usize),
+    /// int8 per 4-column lane, for q8 weights on `avx512vnni`.
+    Q8Lanes,
+    /// int8 per block in `Layout`, quantized with the AVX-512 code or not.
+    Q8(Layout, bool),
+}
+
+/// The form `path`'s kernel for `w` wants (see `simd::avx512`).
+fn form(path: Path, w: &Linear<'_>) -> Form {
     if q8_activations(path, w) && matches!(w, Linear::Q8 { .. }) {
-        return Prepared::Q8(quantize_q8_lanes(x, tokens, w.cols()));
+        return Form::Q8Lanes;
     }
     if q8_activations(path, w) {
         // The SIMD quantizer needs AVX-512, which the VNNI path has.
         let vnni = path == Path::Avx512Vnni;
-        let layout = if vnni { Layout::BlockLanes } else { Layout::EvenOdd };
-        return Prepared::Q8(quantize_q8(x, tokens, w.cols(), layout, vnni));
+        return Form::Q8(if vnni { Layout::BlockLanes } else { Layout::EvenOdd }, vnni);
     }
     let avx512 = matches!(path, Path::Avx512 | Path::Avx512Vnni);
-    let group = match w {
-        Linear::Nvfp4 { .. } if avx512 => 8,
-        Linear::Dense { dtype: DType::BF16, .. } if avx512 => 32,
-        _ => return Prepared::F32(Cow::Borrowed(x)),
+    match w {
+        Linear::Nvfp4 { .. } if avx512 => Form::Permuted(8),
+        Linear::Dense { dtype: DType::BF16, .. } if avx512 => Form::Permuted(32),
+        _ => Form::F32,
+    }
+}
+
+/// `x` (`tokens` rows of `cols`) in `form`.
+fn prepare(form: Form, x: &[f32], tokens: usize, cols: usize) -> Prepared<'_> {
+    let group = match form {
+        Form::F32 => return Prepared::F32(Cow::Borrowed(x)),
+        Form::Q8Lanes => return Prepared::Q8(quantize_q8_lanes(x, tokens, cols)),
+        Form::Q8(layout, simd) => return Prepared::Q8(quantize_q8(x, tokens, cols, layout, simd)),
+        Form::Permuted(group) => group,
     };
-    let cols = w.cols();
     let mut xp = x.to_vec();
     for t in 0..tokens {
         let (src, dst) = (&x[t * cols..(t + 1) * cols], &mut xp[t * cols..(t + 1) * cols]);

@@ -225,36 +225,63 @@ fn permutation_is_even_then_odd() {
 
 #[test]
 fn chunked_batches_equal_single_products() {
-    // Large enough for many chunks per product; one batch of three products
-    // (different shapes and dtypes) gives the bits of three separate calls.
+    // Large enough for many chunks per product; one batch of products of
+    // different shapes and dtypes gives the bits of separate calls. Several
+    // read the same activations (prepared once for each kernel form they
+    // need), one reads a prefix of them with fewer columns (prepared apart).
     let mut rng = Rng(7);
     let (cols, tokens) = (1024, 3);
     let (r1, r2) = (2000, 700);
     let packed = rng.bytes(r1 * cols / 2);
     let sc = scales(&mut rng, r1 * cols / 16);
     let a = Linear::Nvfp4 { packed: &packed, scales: &sc, global_scale: 0.5, rows: r1, cols };
+    let a2 = Linear::Nvfp4 {
+        packed: &packed[..300 * cols / 2],
+        scales: &sc[..300 * cols / 16],
+        global_scale: 0.25,
+        rows: 300,
+        cols,
+    };
+    // 96 columns: no whole chunk of any kernel's layout, so the prefix's
+    // prepared form differs from the full rows' over the same memory.
+    let part = Linear::Nvfp4 {
+        packed: &packed[..600 * 48],
+        scales: &sc[..600 * 6],
+        global_scale: 0.5,
+        rows: 600,
+        cols: 96,
+    };
     let data = dense_bytes(&mut rng, DType::BF16, r2 * cols);
     let b = Linear::Dense { dtype: DType::BF16, data: &data, rows: r2, cols };
     let tiny = Linear::Dense { dtype: DType::BF16, data: &data[..2 * cols * 4], rows: 4, cols };
+    let q8 = rng.bytes(100 * cols);
+    let q8_scales = f16_scales(&mut rng, 100 * cols / kore_engine::Q8_GROUP);
+    let q = Linear::Q8 { data: &q8, scales: &q8_scales, rows: 100, cols };
     let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f()).collect();
+    let prefix = &x[..tokens * 96];
     let pool = ThreadPool::new(3);
     for path in Path::ALL.into_iter().filter(|p| p.supported()) {
-        let (mut ya, mut yb, mut yt) =
-            (vec![0.0; tokens * r1], vec![0.0; tokens * r2], vec![0.0; tokens * 4]);
+        let mut ys: Vec<Vec<f32>> =
+            [r1, 300, 600, r2, 4, 100].iter().map(|r| vec![0.0; tokens * r]).collect();
+        let [ya, ya2, yh, yb, yt, yq] = &mut ys[..] else { unreachable!() };
         matmuls_with(
             path,
             &pool,
             tokens,
             &mut [
-                Product::new(&a, &x, &mut ya),
-                Product::new(&b, &x, &mut yb),
-                Product::new(&tiny, &x, &mut yt),
+                Product::new(&a, &x, ya),
+                Product::new(&a2, &x, ya2),
+                Product::new(&part, prefix, yh),
+                Product::new(&b, &x, yb),
+                Product::new(&tiny, &x, yt),
+                Product::new(&q, &x, yq),
             ],
         );
-        for (w, y, rows) in [(&a, &ya, r1), (&b, &yb, r2), (&tiny, &yt, 4)] {
-            let mut want = vec![f32::NAN; tokens * rows];
-            matmul_with(path, &Serial, w, &x, tokens, &mut want);
-            assert_eq!(&want, y, "{} {rows} rows", path.name());
+        let ws = [(&a, &x[..]), (&a2, &x[..]), (&part, prefix), (&b, &x[..]), (&tiny, &x[..])];
+        for ((w, x), y) in ws.into_iter().chain([(&q, &x[..])]).zip(&ys) {
+            let mut want = vec![f32::NAN; y.len()];
+            matmul_with(path, &Serial, w, x, tokens, &mut want);
+            assert_eq!(&want, y, "{} {} rows", path.name(), w.rows());
         }
     }
 }

@@ -52,7 +52,7 @@ macro_rules! by_tokens8 {
 /// `scratch` holds the pre-decoded scales (grown, never shrunk or cleared).
 pub(super) fn rows_job(
     path: Path,
-    j: &Job<'_, '_>,
+    j: &Job<'_, '_, '_>,
     rows: Range<usize>,
     tokens: usize,
     scratch: &mut Vec<f32>,
