@@ -3,7 +3,7 @@
 
 use alloc::vec::Vec;
 
-use crate::scan::{any_above, at_least, top_k, SCAN};
+use crate::scan::{any_above, at_least, sort_by_logit, top_k, SCAN};
 
 /// How to pick the next token.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -134,7 +134,7 @@ impl Sampler {
             cand.select_nth_unstable_by(p.top_k - 1, by_logit);
             cand.truncate(p.top_k);
         }
-        cand.sort_unstable_by(by_logit);
+        sort_by_logit(&mut cand);
         // Softmax with temperature.
         let max = cand[0].1;
         let mut probs: Vec<f64> =

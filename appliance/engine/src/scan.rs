@@ -62,6 +62,52 @@ pub(crate) fn at_least(z: &[f32], floor: f32, out: &mut Vec<(u32, f32)>) {
     }
 }
 
+/// Sorts `cand` (`(index, logit)`, no NaN) by logit, largest first, ties by
+/// index: the order of `b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))`, which is
+/// total, so any correct sort gives the same permutation. A long list in
+/// index order (a whole vocabulary) takes a stable radix sort on the logit's
+/// 32 order bits (three 11-bit passes; being stable keeps ties in index
+/// order), others the comparison sort.
+pub(crate) fn sort_by_logit(cand: &mut [(u32, f32)]) {
+    if cand.len() < RADIX_MIN || !cand.windows(2).all(|w| w[0].0 < w[1].0) {
+        cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        return;
+    }
+    // The logit's bits made to order as `total_cmp` does, inverted for
+    // largest first, above the index.
+    let key = |(i, v): (u32, f32)| {
+        let b = v.to_bits();
+        let ord = if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
+        (u64::from(!ord) << 32) | u64::from(i)
+    };
+    let mut keys: Vec<u64> = cand.iter().map(|&c| key(c)).collect();
+    let mut spare = alloc::vec![0u64; keys.len()];
+    let mut count = alloc::vec![0usize; 1 << 11];
+    for pass in 0..3 {
+        let digit = |k: u64| ((k >> (32 + 11 * pass)) & 0x7FF) as usize;
+        count.iter_mut().for_each(|c| *c = 0);
+        keys.iter().for_each(|&k| count[digit(k)] += 1);
+        let mut at = 0;
+        for c in count.iter_mut() {
+            (*c, at) = (at, at + *c);
+        }
+        for &k in &keys {
+            let d = digit(k);
+            spare[count[d]] = k;
+            count[d] += 1;
+        }
+        core::mem::swap(&mut keys, &mut spare);
+    }
+    for (c, k) in cand.iter_mut().zip(keys) {
+        let ord = !((k >> 32) as u32);
+        let bits = if ord >> 31 == 1 { ord & 0x7FFF_FFFF } else { !ord };
+        *c = (k as u32, f32::from_bits(bits));
+    }
+}
+
+/// Lists at least this long take the radix sort in [`sort_by_logit`].
+const RADIX_MIN: usize = 4096;
+
 /// Keeps the `k` indices of `ids` with the largest values and returns the
 /// least value kept.
 fn keep_best(z: &[f32], k: usize, ids: &mut Vec<u32>) -> f32 {
@@ -124,6 +170,46 @@ mod tests {
             let mut all: Vec<f32> = z.iter().copied().filter(|v| !v.is_nan()).collect();
             all.sort_by(|a, b| b.total_cmp(a));
             assert_eq!(got, all[..k], "k = {k}");
+        }
+    }
+
+    #[test]
+    fn sort_by_logit_is_the_comparison_sort() {
+        // Heavy ties, both zeros, infinities, subnormals; long (radix) and short.
+        let mut s = 0xD1B5_4A32_D192_ED03u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for n in [100, 5000, 248_320] {
+            let cand: Vec<(u32, f32)> = (0..n as u32)
+                .map(|i| {
+                    let r = next();
+                    let v = match r % 50 {
+                        0 => f32::INFINITY,
+                        1 => f32::NEG_INFINITY,
+                        2 => -0.0,
+                        3 => 0.0,
+                        4 => f32::from_bits(1 + (r >> 40) as u32 % 100),
+                        5 => -f32::from_bits(1 + (r >> 40) as u32 % 100),
+                        _ => ((r >> 40) % 3000) as f32 / 64.0 - 20.0,
+                    };
+                    (i, v)
+                })
+                .collect();
+            let mut want = cand.clone();
+            want.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            let bits =
+                |v: &[(u32, f32)]| v.iter().map(|c| (c.0, c.1.to_bits())).collect::<Vec<_>>();
+            // In index order (the radix sort when long) and reversed (never).
+            let mut got = cand.clone();
+            sort_by_logit(&mut got);
+            assert_eq!(bits(&got), bits(&want), "n = {n}");
+            let mut got: Vec<(u32, f32)> = cand.into_iter().rev().collect();
+            sort_by_logit(&mut got);
+            assert_eq!(bits(&got), bits(&want), "n = {n}, reversed");
         }
     }
 
