@@ -215,12 +215,10 @@ mod tests {
             }
             best as u32
         };
-        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = crate::scan::xorshift(0x2545_F491_4F6C_DD1D);
         let mut z: Vec<f32> = (0..248_320)
             .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
+                let s = next();
                 if s % 997 == 0 {
                     f32::NAN
                 } else {
@@ -243,12 +241,10 @@ mod tests {
     fn top_k_candidates_match_a_full_sort_with_ties_and_nans() {
         // Few distinct values over a vocabulary-sized row: long runs of ties
         // at every top-k boundary, both zeros, NaNs and infinities.
-        let mut s = 0x5851_F42D_4C95_7F2Du64;
+        let mut next = crate::scan::xorshift(0x5851_F42D_4C95_7F2D);
         let z: Vec<f32> = (0..248_320)
             .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
+                let s = next();
                 match s % 500 {
                     0 => f32::NAN,
                     1 => f32::NEG_INFINITY,

@@ -117,6 +117,17 @@ fn keep_best(z: &[f32], k: usize, ids: &mut Vec<u32>) -> f32 {
     ids.iter().map(|&i| z[i as usize]).fold(f32::INFINITY, f32::min)
 }
 
+/// A xorshift64 generator for the tests of the scans and their callers.
+#[cfg(test)]
+pub(crate) fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,12 +159,10 @@ mod tests {
     fn top_k_of_a_vocabulary_sized_row_matches_a_full_sort() {
         // Pseudo-random values with NaNs and infinities, a rising trend so
         // that late runs still hold new bests, and ties.
-        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         let z: Vec<f32> = (0..248_320u32)
             .map(|i| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
+                let s = next();
                 match s % 1000 {
                     0 => f32::NAN,
                     1 => f32::NEG_INFINITY,
@@ -176,13 +185,7 @@ mod tests {
     #[test]
     fn sort_by_logit_is_the_comparison_sort() {
         // Heavy ties, both zeros, infinities, subnormals; long (radix) and short.
-        let mut s = 0xD1B5_4A32_D192_ED03u64;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut next = xorshift(0xD1B5_4A32_D192_ED03);
         for n in [100, 5000, 248_320] {
             let cand: Vec<(u32, f32)> = (0..n as u32)
                 .map(|i| {
