@@ -74,9 +74,10 @@ run_one() {
     local artifacts="$REPO/target/fuzz-artifacts/$t"
     local log="$REPO/target/fuzz-logs/$t-$(date -u +%Y%m%dT%H%M%SZ)-$$.log"
     mkdir -p "$corpus" "$seeds" "$artifacts" "$(dirname "$log")"
+    # count [!] : the artifacts that are (or with ! are not) slow units.
+    count() { find "$artifacts" -type f "$@" -name 'slow-unit-*' | wc -l; }
     local before slow_before
-    before=$(find "$artifacts" -type f ! -name 'slow-unit-*' | wc -l)
-    slow_before=$(find "$artifacts" -type f -name 'slow-unit-*' | wc -l)
+    before=$(count !) slow_before=$(count)
     local status=0 wall=$secs cpu_budget=0
     # A CPU budget: libFuzzer's own (wall) limit is set far away and the watcher below ends it.
     if [ "${KORE_FUZZ_CLOCK:-wall}" = cpu ]; then cpu_budget=$secs wall=$((secs * 1000)); fi
@@ -100,8 +101,7 @@ run_one() {
     wait "$cargo_pid" || status=$?
     # libFuzzer exits 72 after the SIGINT that ended a CPU-time budget.
     if [ "$interrupted" = 1 ] && grep -q 'libFuzzer: run interrupted' "$log"; then status=0; fi
-    local crashes=$(( $(find "$artifacts" -type f ! -name 'slow-unit-*' | wc -l) - before ))
-    local slow=$(( $(find "$artifacts" -type f -name 'slow-unit-*' | wc -l) - slow_before ))
+    local crashes=$(( $(count !) - before )) slow=$(( $(count) - slow_before ))
     local last execs
     last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
     execs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')
