@@ -97,10 +97,10 @@ pub fn round_q8(x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// [`Q8`] of `x` (`[tokens, cols]`) in `layout`: AVX-512 for the blocks of
-/// full chunks when `simd` (bit-identical to [`q8_block`]; blocks with a NaN
-/// or an infinity take the scalar path), [`q8_block`] for the rest. Columns
-/// after the last full chunk stay in natural order. `simd` needs
+/// [`Q8`] of `x` (`[tokens, cols]`) in `layout`: AVX-512 for full chunks
+/// when `simd` (bit-identical to [`q8_block`]; a chunk with a NaN or an
+/// infinity takes the scalar path), [`q8_block`] for the rest. Columns after
+/// the last full chunk stay in natural order. `simd` needs
 /// [`Layout::BlockLanes`].
 pub(super) fn quantize_q8(x: &[f32], tokens: usize, cols: usize, layout: Layout, simd: bool) -> Q8 {
     debug_assert!(!simd || layout == Layout::BlockLanes);
@@ -111,24 +111,21 @@ pub(super) fn quantize_q8(x: &[f32], tokens: usize, cols: usize, layout: Layout,
     let full = cols / chunk * chunk;
     let mut qb = [0i8; 16];
     for t in 0..tokens {
-        let row = &mut q[t * cols..(t + 1) * cols];
-        for b in 0..cols / 16 {
-            let (c0, g) = (16 * b, (t * cols + 16 * b) / group);
-            let xb = &x[t * cols + c0..t * cols + c0 + 16];
-            if simd && c0 < full {
-                if let Some((s, sums)) = q8_block_simd(xb, &mut qb) {
-                    scale[g] = 0.5 * s;
-                    corr[g] = -OFFSET_Q8 * (sums[0] + sums[1]);
-                    // `qb` is [even | odd] columns: its quarters are the
-                    // block's four columns in vectors 0, 2, 1 and 3.
-                    let lane = c0 / chunk * chunk + 4 * (c0 % chunk / 16);
-                    for (quarter, v) in qb.chunks_exact(4).zip([0, 2, 1, 3]) {
-                        row[lane + 64 * v..lane + 64 * v + 4].copy_from_slice(quarter);
-                    }
+        let (xt, row) = (&x[t * cols..(t + 1) * cols], &mut q[t * cols..(t + 1) * cols]);
+        let groups = t * cols / group..(t + 1) * cols / group;
+        let (corr, scale) = (&mut corr[groups.clone()], &mut scale[groups]);
+        let mut c0 = 0;
+        while c0 < cols {
+            let g = c0 / group;
+            if simd && c0 % chunk == 0 && c0 < full {
+                let ends = (c0 + chunk, g + chunk / group);
+                let (xc, qc) = (&xt[c0..ends.0], &mut row[c0..ends.0]);
+                if q8_chunk_simd(xc, qc, &mut corr[g..ends.1], &mut scale[g..ends.1]) {
+                    c0 += chunk;
                     continue;
                 }
             }
-            let s = q8_block(xb, &mut qb);
+            let s = q8_block(&xt[c0..c0 + 16], &mut qb);
             for (h, part) in qb.chunks_exact(group).enumerate() {
                 scale[g + h] = 0.5 * s;
                 corr[g + h] = -OFFSET_Q8 * part.iter().map(|&v| i32::from(v)).sum::<i32>();
@@ -141,6 +138,7 @@ pub(super) fn quantize_q8(x: &[f32], tokens: usize, cols: usize, layout: Layout,
             } else {
                 row[c0..c0 + 16].copy_from_slice(&qb);
             }
+            c0 += 16;
         }
     }
     Q8 { group, q, corr, scale }
@@ -167,20 +165,23 @@ pub(super) fn quantize_q8_lanes(x: &[f32], tokens: usize, cols: usize) -> Q8 {
     Q8 { group: 4, q, corr, scale }
 }
 
-/// One block through `simd::avx512vnni::q8_block16`: `(scale, [sum of the
-/// first 8 q, of the last 8])` with `qb` = [even | odd columns], or `None`
-/// for a block the scalar path must take.
+/// One 256-column chunk through `simd::avx512vnni::q8_chunk256` (its
+/// layout is [`Layout::BlockLanes`]); false if the scalar path must take it.
 #[cfg(target_arch = "x86_64")]
-fn q8_block_simd(blk: &[f32], qb: &mut [i8; 16]) -> Option<(f32, [i32; 2])> {
-    let blk: &[f32; 16] = blk.try_into().ok()?;
-    // SAFETY: callers pass `simd` only when the AVX-512 features are present
-    // (the VNNI path, or the test that checks them).
-    unsafe { crate::simd::avx512vnni::q8_block16(blk, qb) }
+fn q8_chunk_simd(x: &[f32], q: &mut [i8], corr: &mut [i32], scale: &mut [f32]) -> bool {
+    let (Ok(x), Ok(q), Ok(corr), Ok(scale)) =
+        (x.try_into(), q.try_into(), corr.try_into(), scale.try_into())
+    else {
+        return false;
+    };
+    // SAFETY: callers pass `simd` only when the AVX-512 VNNI features are
+    // present (the VNNI path, or the test that checks them).
+    unsafe { crate::simd::avx512vnni::q8_chunk256(x, q, corr, scale) }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn q8_block_simd(_: &[f32], _: &mut [i8; 16]) -> Option<(f32, [i32; 2])> {
-    None
+fn q8_chunk_simd(_: &[f32], _: &mut [i8], _: &mut [i32], _: &mut [f32]) -> bool {
+    false
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -218,6 +219,8 @@ mod tests {
                         }
                     }
                     2 => [127.0, 2.5, -2.5, 0.5, -126.5][i % 5],
+                    // Denormals: 127 / amax overflows, and 0 * inf is NaN.
+                    3 if i % 5 == 0 => 0.0,
                     3 => u * 1e-40,
                     4 => u * 3e38,
                     5 if bad => [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.0][i % 4],

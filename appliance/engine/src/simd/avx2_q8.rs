@@ -195,7 +195,8 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
             }
         }
     }
-    for (r, o) in out.iter_mut().enumerate().take(R) {
+    // Columns after the last full chunk (none in most products).
+    for (r, o) in out.iter_mut().enumerate().take(if chunks * 64 < cols { R } else { 0 }) {
         let (p, s) = (&packed[r * prow..(r + 1) * prow], &scales[r * srow..(r + 1) * srow]);
         tail(p, s, gs, cols, chunks * 64, x, 8, N, o);
     }
