@@ -1,5 +1,12 @@
 //! Token selection: greedy, or temperature sampling with top-k, top-p and
 //! min-p filters, driven by a small seeded RNG (SplitMix64) so runs repeat.
+//!
+//! Temperature alone (no filter: the OpenAI default) draws straight from the
+//! vocabulary in index order, without sorting it: weights
+//! `expf((logit - max) / T)` (0 below `e^-80`, `simd::silu::exp_in_place`,
+//! the same bits on every kernel path), and the token where the running sum
+//! in f64 passes `u` times the total. A filter needs the order by logit, so
+//! it builds the sorted distribution ([`Sampler::distribution`]).
 
 use alloc::vec::Vec;
 
@@ -62,6 +69,9 @@ impl Rng {
 pub struct Sampler {
     params: SamplingParams,
     rng: Rng,
+    /// The vocabulary's weights when sampling without a filter (kept to
+    /// spare a large allocation a token).
+    weights: Vec<f32>,
 }
 
 /// Index of the largest value; NaN never wins; the first maximum wins ties.
@@ -86,7 +96,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
 impl Sampler {
     /// A sampler with its own RNG seeded from `params.seed`.
     pub fn new(params: SamplingParams) -> Self {
-        Sampler { params, rng: Rng::new(params.seed) }
+        Sampler { params, rng: Rng::new(params.seed), weights: Vec::new() }
     }
 
     /// The parameters.
@@ -99,8 +109,51 @@ impl Sampler {
         if self.params.is_greedy() {
             return argmax(logits);
         }
+        let p = self.params;
+        let unfiltered = (p.top_k == 0 || p.top_k >= logits.len()) && p.top_p >= 1.0;
+        if unfiltered && p.min_p <= 0.0 {
+            if let Some(token) = self.sample_unsorted(logits) {
+                return token;
+            }
+        }
         let dist = self.distribution(logits);
         self.draw(&dist)
+    }
+
+    /// Temperature sampling without filters, in index order (module docs);
+    /// `None` when the largest logit is not finite (every logit NaN, or an
+    /// infinity), which [`Sampler::distribution`] decides.
+    fn sample_unsorted(&mut self, logits: &[f32]) -> Option<u32> {
+        let best = argmax(logits) as usize;
+        let max = logits[best];
+        if !max.is_finite() {
+            return None;
+        }
+        let t = self.params.temperature;
+        let w = &mut self.weights;
+        w.clear();
+        w.extend(
+            logits.iter().map(|&l| if l.is_nan() { f32::NEG_INFINITY } else { (l - max) / t }),
+        );
+        crate::simd::silu::exp_in_place(crate::simd::active(), w);
+        let sum = |run: &[f32]| run.iter().fold(0.0f64, |a, &v| a + f64::from(v));
+        let runs: Vec<f64> = w.chunks(SCAN).map(sum).collect();
+        let target = self.rng.next_f64() * runs.iter().sum::<f64>();
+        let mut acc = 0.0;
+        for (r, &run) in runs.iter().enumerate() {
+            if target >= acc + run {
+                acc += run;
+                continue;
+            }
+            for (j, &v) in w[r * SCAN..].iter().take(SCAN).enumerate() {
+                acc += f64::from(v);
+                if target < acc {
+                    return Some((r * SCAN + j) as u32);
+                }
+            }
+        }
+        // Rounding left the target past every sum: the best token.
+        Some(best as u32)
     }
 
     /// The distribution [`Sampler::sample`] draws from: `(token, probability)`
@@ -285,6 +338,49 @@ mod tests {
         // min_p 0.5 drops tokens far below the best.
         let mut s = Sampler::new(params(1.0, 0, 1.0, 0.5));
         assert!((0..200).all(|_| s.sample(&logits) != 3 && s.sample(&logits) != 0));
+    }
+
+    #[test]
+    fn unfiltered_sampling_is_the_index_order_inverse_cdf() {
+        // A vocabulary-sized row; each seed's token must be where the running
+        // sum of expf((l - max) / T), in index order, passes u times the total.
+        let mut next = crate::scan::xorshift(0x9E37_79B9_7F4A_7C15);
+        let z: Vec<f32> = (0..248_320).map(|_| ((next() >> 40) % 4000) as f32 / 400.0).collect();
+        let t = 0.7f32;
+        let max = z.iter().copied().fold(f32::MIN, f32::max);
+        let w: Vec<f64> = z.iter().map(|&l| f64::from(libm::expf((l - max) / t))).collect();
+        let total: f64 = w.iter().sum();
+        for seed in 0..40 {
+            let u = Rng::new(seed).next_f64() * total;
+            let (mut acc, mut want) = (0.0, 0);
+            for (i, q) in w.iter().enumerate() {
+                acc += q;
+                if u < acc {
+                    want = i as u32;
+                    break;
+                }
+            }
+            let got = Sampler::new(SamplingParams { seed, ..params(t, 0, 1.0, 0.0) }).sample(&z);
+            assert_eq!(got, want, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn unfiltered_sampling_follows_temperature_and_skips_nan_and_the_far_tail() {
+        // T = 0.5: weights e^0, e^(2 ln 3) = 9, e^(2 ln 2) = 4 of 14; the rest
+        // NaN, -inf, or more than 80 T below the best (never drawn).
+        let logits = [0.0, 3f32.ln(), 2f32.ln(), f32::NAN, f32::NEG_INFINITY, 3f32.ln() - 40.1];
+        let mut s = Sampler::new(params(0.5, 0, 1.0, 0.0));
+        let mut counts = [0u32; 6];
+        for _ in 0..14_000 {
+            counts[s.sample(&logits) as usize] += 1;
+        }
+        assert_eq!(counts[3..], [0, 0, 0], "{counts:?}");
+        for (c, want) in counts.iter().zip([1000, 9000, 4000]) {
+            assert!(c.abs_diff(want) < 300, "{counts:?}");
+        }
+        // Every logit NaN: token 0, as the filtered path gives.
+        assert_eq!(Sampler::new(params(0.5, 0, 1.0, 0.0)).sample(&[f32::NAN; 3]), 0);
     }
 
     #[test]

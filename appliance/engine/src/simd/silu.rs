@@ -1,6 +1,7 @@
-//! SiLU over a slice, bit-identical to the scalar [`crate::ops::silu`]
-//! (`x / (1 + libm::expf(-x))`) on every path, so the DeltaNet conv that uses
-//! it gives the same result whichever path runs it.
+//! SiLU and exp over a slice, bit-identical to the scalar [`crate::ops::silu`]
+//! (`x / (1 + libm::expf(-x))`) and [`expf_floored`] on every path, so the
+//! DeltaNet conv and the sampler that use them give the same result whichever
+//! path runs them.
 //!
 //! The SIMD versions evaluate libm's `expf` (FreeBSD's `e_expf.c`) lane by
 //! lane with the same f32 operations in the same order: `k` from `x / ln 2`
@@ -10,7 +11,8 @@
 //! stays normal). IEEE f32 add, multiply and divide round the same in a
 //! vector lane as in a scalar register, and nothing is fused. A group of
 //! lanes holding a NaN or an input beyond +-80 (where libm takes its
-//! overflow, underflow and subnormal branches) runs the scalar code instead.
+//! overflow, underflow and subnormal branches) runs the scalar code instead,
+//! except that [`exp_in_place`] gives 0 below -80 on every path.
 
 use super::Path;
 use crate::ops::silu;
@@ -30,6 +32,34 @@ pub fn silu_in_place(path: Path, x: &mut [f32]) {
     {
         let _ = path;
         x.iter_mut().for_each(|v| *v = silu(*v));
+    }
+}
+
+/// `libm::expf(x)`, or 0 for `x < -80` (where `expf` is below 2e-35): the
+/// weights of a softmax, `x` being a logit minus the largest.
+pub fn expf_floored(x: f32) -> f32 {
+    if x < -80.0 {
+        0.0
+    } else {
+        libm::expf(x)
+    }
+}
+
+/// `x = expf_floored(x)` for every element, with `path`'s vectors where it
+/// has them.
+pub fn exp_in_place(path: Path, x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    match path {
+        // SAFETY: the path is supported, and the kernels touch only `x`.
+        Path::Avx512 | Path::Avx512Vnni if path.supported() => unsafe { x86::exp512(x) },
+        // SAFETY: as above for AVX2.
+        Path::Avx2 if path.supported() => unsafe { x86::exp256(x) },
+        _ => x.iter_mut().for_each(|v| *v = expf_floored(*v)),
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = path;
+        x.iter_mut().for_each(|v| *v = expf_floored(*v));
     }
 }
 
@@ -53,7 +83,7 @@ mod k {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{k, silu};
+    use super::{expf_floored, k, silu};
     use core::arch::x86_64::*;
 
     /// `expf` of 16 lanes, each `|x| <= k::SAFE` (no NaN).
@@ -105,6 +135,30 @@ mod x86 {
             unsafe { _mm512_storeu_ps(c.as_mut_ptr(), r) };
         }
         chunks.into_remainder().iter_mut().for_each(|v| *v = silu(*v));
+    }
+
+    /// [`super::exp_in_place`] with AVX-512.
+    ///
+    /// # Safety
+    /// AVX-512 F must be available.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn exp512(x: &mut [f32]) {
+        let (safe, low) = (_mm512_set1_ps(k::SAFE), _mm512_set1_ps(-k::SAFE));
+        let mut chunks = x.chunks_exact_mut(16);
+        for c in &mut chunks {
+            // SAFETY: `c` holds 16 floats.
+            let v = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+            // Below -80 is 0; NaN or above 80 takes the scalar code.
+            if _mm512_cmp_ps_mask::<_CMP_LE_OQ>(v, safe) != 0xFFFF {
+                c.iter_mut().for_each(|v| *v = expf_floored(*v));
+                continue;
+            }
+            let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, low);
+            let e = expf16(_mm512_max_ps(v, low));
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(c.as_mut_ptr(), _mm512_maskz_mov_ps(!under, e)) };
+        }
+        chunks.into_remainder().iter_mut().for_each(|v| *v = expf_floored(*v));
     }
 
     /// `expf` of 8 lanes, each `|x| <= k::SAFE` (no NaN).
@@ -162,6 +216,29 @@ mod x86 {
         }
         chunks.into_remainder().iter_mut().for_each(|v| *v = silu(*v));
     }
+
+    /// [`super::exp_in_place`] with AVX2.
+    ///
+    /// # Safety
+    /// AVX2 must be available.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn exp256(x: &mut [f32]) {
+        let (safe, low) = (_mm256_set1_ps(k::SAFE), _mm256_set1_ps(-k::SAFE));
+        let mut chunks = x.chunks_exact_mut(8);
+        for c in &mut chunks {
+            // SAFETY: `c` holds 8 floats.
+            let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
+            if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(v, safe)) != 0xFF {
+                c.iter_mut().for_each(|v| *v = expf_floored(*v));
+                continue;
+            }
+            let under = _mm256_cmp_ps::<_CMP_LT_OQ>(v, low);
+            let e = expf8(_mm256_max_ps(v, low));
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(c.as_mut_ptr(), _mm256_andnot_ps(under, e)) };
+        }
+        chunks.into_remainder().iter_mut().for_each(|v| *v = expf_floored(*v));
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +272,33 @@ mod tests {
         v.extend([0.0, -0.0, 80.0, -80.0, 80.00001, 88.8, -104.0, 1e-40, -1e-40]);
         v.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MIN_POSITIVE]);
         v
+    }
+
+    #[test]
+    fn every_path_matches_scalar_floored_exp_bit_for_bit() {
+        let mut x = inputs();
+        // Softmax inputs: logits minus the largest, over the whole floor.
+        x.extend((0..4000).map(|i| -(i as f32) * 0.031));
+        x.extend([-80.0, -80.00001, -87.0, -103.0, -1e30]);
+        let want: Vec<u32> = x.iter().map(|v| expf_floored(*v).to_bits()).collect();
+        assert_eq!(expf_floored(-80.00001), 0.0);
+        assert_eq!(expf_floored(-80.0), libm::expf(-80.0));
+        for path in Path::ALL.into_iter().filter(|p| p.supported()) {
+            for skip in [0, 3] {
+                let mut got = x[skip..].to_vec();
+                exp_in_place(path, &mut got);
+                for (i, (g, w)) in got.iter().zip(&want[skip..]).enumerate() {
+                    assert_eq!(
+                        g.to_bits(),
+                        *w,
+                        "{}: exp({:e}) = {g:e}, scalar {:e}",
+                        path.name(),
+                        x[skip + i],
+                        f32::from_bits(*w)
+                    );
+                }
+            }
+        }
     }
 
     #[test]
