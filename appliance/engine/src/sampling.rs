@@ -158,7 +158,8 @@ impl Sampler {
 
     /// The distribution [`Sampler::sample`] draws from: `(token, probability)`
     /// after temperature, top-k, top-p and min-p, normalised, most likely
-    /// first. Greedy gives the argmax with probability 1. Empty only when
+    /// first (without a filter `sample` draws the same probabilities in
+    /// token-id order, tokens below `e^-80` of the best at 0). Greedy gives the argmax with probability 1. Empty only when
     /// every logit is NaN.
     pub fn distribution(&self, logits: &[f32]) -> Vec<(u32, f64)> {
         let p = self.params;
