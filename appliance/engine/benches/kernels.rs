@@ -3,7 +3,12 @@
 //! Prints GB/s of weights streamed for matvec and GFLOP/s for 16-token tiles.
 //! `KORE_BENCH_THREADS` sets the pool size (default: all cores);
 //! `KORE_BENCH_PATH` (`generic`, `avx2`, `avx512`, `avx512vnni`) runs one
-//! path only; `KORE_BENCH_ROWS` sets the row count (small = in cache).
+//! path only; `KORE_BENCH_ROWS` sets the row count (small = in cache),
+//! `KORE_BENCH_COLS` the column count (default 2048), `KORE_BENCH_WEIGHTS`
+//! one weight type (`nvfp4`, `bf16`, `q8`), `KORE_BENCH_SPLIT=K` runs each
+//! matrix as K products one after another, `KORE_BENCH_ROUNDS_PRINT=1`
+//! prints every timed round's ms (the figure is the best of 5; on DRAM-sized
+//! matrices the rounds here spread by 15-20%, so compare their means).
 
 use std::time::Instant;
 
@@ -48,8 +53,38 @@ fn time(f: &mut dyn FnMut()) -> f64 {
             calls += 1;
         }
         best = best.min((now() - t) / f64::from(calls));
+        if std::env::var("KORE_BENCH_ROUNDS_PRINT").is_ok() {
+            eprint!("{:.3} ", (now() - t) / f64::from(calls) * 1e3);
+        }
     }
     best
+}
+
+/// `w`'s rows as `k` consecutive weights of `rows / k` rows each.
+fn parts<'a>(w: &Linear<'a>, k: usize) -> Vec<Linear<'a>> {
+    let n = w.rows() / k;
+    (0..k)
+        .map(|i| match *w {
+            Linear::Nvfp4 { packed, scales, global_scale, cols, .. } => Linear::Nvfp4 {
+                packed: &packed[i * n * cols / 2..(i + 1) * n * cols / 2],
+                scales: &scales[i * n * cols / 16..(i + 1) * n * cols / 16],
+                global_scale,
+                rows: n,
+                cols,
+            },
+            Linear::Dense { dtype, data, cols, .. } => {
+                let b = data.len() / (k * n * cols);
+                let data = &data[i * n * cols * b..(i + 1) * n * cols * b];
+                Linear::Dense { dtype, data, rows: n, cols }
+            }
+            Linear::Q8 { data, scales, cols, .. } => Linear::Q8 {
+                data: &data[i * n * cols..(i + 1) * n * cols],
+                scales: &scales[i * n * cols / 16..(i + 1) * n * cols / 16],
+                rows: n,
+                cols,
+            },
+        })
+        .collect()
 }
 
 static START: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
@@ -65,7 +100,8 @@ fn main() {
     // figures are the kernels' arithmetic throughput, not memory bandwidth.
     let rows =
         std::env::var("KORE_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(6144 * 8);
-    let cols = 2048;
+    // `KORE_BENCH_COLS` sets the column count (default 2048, the 2B hidden size).
+    let cols = std::env::var("KORE_BENCH_COLS").ok().and_then(|v| v.parse().ok()).unwrap_or(2048);
     let packed = bytes(rows * cols / 2, 1);
     // E4M3 block scales with exponent 4 or 6 (normal numbers, like a real export).
     let scales: Vec<u8> = bytes(rows * cols / 16, 2).iter().map(|b| (b & 0x17) | 0x20).collect();
@@ -93,14 +129,31 @@ fn main() {
     let gb = kore_engine::bench::read_bandwidth(&pool as &dyn Parallel, &mut probe, &clock, 5);
     println!("read probe {:.0} MB: {gb:6.2} GB/s", (probe.len() * 8) as f64 / 1e6);
     drop(probe);
+    // `KORE_BENCH_SPLIT=K` runs each matrix as K products of rows/K rows one
+    // after another (one pool run each), as a model's layers do: the cost of
+    // starting and ending a product.
+    let split: usize = std::env::var("KORE_BENCH_SPLIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|k| *k >= 1 && rows / k * k == rows)
+        .unwrap_or(1);
+    if split > 1 {
+        println!("each matrix as {split} products of {} rows", rows / split);
+    }
     let only = std::env::var("KORE_BENCH_PATH").ok().and_then(|v| Path::from_name(v.trim()));
     for path in Path::ALL.into_iter().filter(|p| p.supported() && only.is_none_or(|o| o == *p)) {
-        for (name, w) in [("nvfp4", &nv), ("bf16", &bw), ("q8", &qw)] {
+        for (name, w) in [("nvfp4", &nv), ("bf16", &bw), ("q8", &qw)]
+            .into_iter()
+            .filter(|(n, _)| std::env::var("KORE_BENCH_WEIGHTS").map_or(true, |w| w == *n))
+        {
             for &tokens in &token_counts {
                 let x = vec![0.5f32; tokens * cols];
                 let mut y = vec![0.0f32; tokens * rows];
-                let s =
-                    time(&mut || matmul_with(path, &pool as &dyn Parallel, w, &x, tokens, &mut y));
+                let s = time(&mut || {
+                    for (w, y) in parts(w, split).iter().zip(y.chunks_mut(tokens * rows / split)) {
+                        matmul_with(path, &pool as &dyn Parallel, w, &x, tokens, y);
+                    }
+                });
                 let gbps = w.weight_bytes() as f64 / s / 1e9;
                 let gflops = 2.0 * (rows * cols * tokens) as f64 / s / 1e9;
                 println!(
