@@ -1,5 +1,6 @@
 //! The engine options the launcher takes from its environment —
-//! `KORE_KERNELS` (generic|avx2|avx512|avx512vnni), `KORE_KV` (f32|f16),
+//! `KORE_KERNELS` (generic|avx2|avx512|avx512vnni|amx; amx natively only),
+//! `KORE_KV` (f32|f16),
 //! `KORE_DELTANET_CHUNKED_MIN` (a token count) — applied once to the native
 //! engine in this process and passed on the guest's command line, so that
 //! `--native` and the appliance run the same way.

@@ -129,6 +129,10 @@ enum Prepared<'x> {
     F32(Cow<'x, [f32]>),
     /// int8 per 16-column block, for the VNNI and AVX2 NVFP4 kernels.
     Q8(Q8),
+    /// bf16 pairs as AMX B tiles (`simd::amx::pack`), for NVFP4 products over
+    /// several tokens on [`Path::Amx`].
+    #[cfg(target_arch = "x86_64")]
+    Bf16(Vec<u32>),
 }
 
 impl Prepared<'_> {
@@ -138,6 +142,8 @@ impl Prepared<'_> {
         let tile_bytes = match self {
             Prepared::F32(_) => TILE_L1_BYTES / 4,
             Prepared::Q8(_) => TILE_L2_BYTES,
+            #[cfg(target_arch = "x86_64")]
+            Prepared::Bf16(_) => unreachable!("AMX products take every token at once"),
         };
         (tile_bytes / cols.max(1)).clamp(1, TILE)
     }
@@ -156,6 +162,8 @@ impl Prepared<'_> {
                     scale: &q.scale[g],
                 })
             }
+            #[cfg(target_arch = "x86_64")]
+            Prepared::Bf16(_) => unreachable!("AMX products take every token at once"),
             #[cfg(not(target_arch = "x86_64"))]
             Prepared::Q8(_) => unreachable!("Q8 activations are prepared only on x86_64"),
         }
@@ -170,14 +178,32 @@ enum Xs<'a> {
     Q8(crate::simd::avx512vnni::Q8In<'a>),
 }
 
+/// Whether `path` rounds the activations of a `tokens`-token product with
+/// `w` to bf16 ([`Path::Amx`]: NVFP4 in whole tiles, [`AMX_MIN_TOKENS`] or
+/// more tokens); its
+/// result then equals the generic path's on [`round_bf16`] of the
+/// activations, up to the order of the sums.
+pub fn bf16_activations(path: Path, w: &Linear<'_>, tokens: usize) -> bool {
+    form_for(path, w, tokens) == Form::Bf16Pairs
+}
+
+/// `x` rounded to bf16 (nearest even), as f32: the activations of a product
+/// for which [`bf16_activations`] holds.
+pub fn round_bf16(x: &[f32]) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    return x.iter().map(|&v| crate::simd::amx::round_bf16(v)).collect();
+    #[cfg(not(target_arch = "x86_64"))]
+    x.to_vec()
+}
+
 /// Whether `path` quantizes the activations of products with `w` to int8
 /// (NVFP4 weights on `avx512vnni` and `avx2`, q8 weights on `avx512vnni`);
 /// its result then equals the generic path's on [`round_q8`] of the
 /// activations, up to the order of the sums.
 pub fn q8_activations(path: Path, w: &Linear<'_>) -> bool {
     match w {
-        Linear::Nvfp4 { .. } => matches!(path, Path::Avx512Vnni | Path::Avx2),
-        Linear::Q8 { .. } => path == Path::Avx512Vnni,
+        Linear::Nvfp4 { .. } => matches!(path, Path::Avx512Vnni | Path::Amx | Path::Avx2),
+        Linear::Q8 { .. } => matches!(path, Path::Avx512Vnni | Path::Amx),
         Linear::Dense { .. } => false,
     }
 }
@@ -224,7 +250,7 @@ pub fn matmuls_with(
             prep_of.push(None);
             continue;
         }
-        let form = form(path, p.w);
+        let form = form_for(path, p.w, tokens);
         let same = |(x, n, f, _): &(*const f32, usize, Form, Prepared<'_>)| {
             (*x, *n, *f) == (p.x.as_ptr(), p.x.len(), form)
         };
@@ -285,6 +311,10 @@ fn rows_job(
     if matches!(j.xp, Prepared::Q8(_)) {
         return vnni::rows_job(path, j, rows, tokens, scratch);
     }
+    #[cfg(target_arch = "x86_64")]
+    if let Prepared::Bf16(b) = j.xp {
+        return amx_rows(j, b, rows, tokens, scratch);
+    }
     let cols = j.w.cols();
     let mut acc = [0.0f32; TILE];
     let tile = j.xp.tile_tokens(cols);
@@ -315,6 +345,65 @@ enum Form {
     Q8Lanes,
     /// int8 per block in `Layout`, quantized with the AVX-512 code or not.
     Q8(Layout, bool),
+    /// bf16 pairs as AMX B tiles.
+    Bf16Pairs,
+}
+
+/// Fewest tokens for which [`Path::Amx`] takes an NVFP4 product on AMX
+/// tiles: below it decoding the weights to bf16 costs more than the VNNI
+/// kernel's whole product (kernel bench, one thread, 1024x2048 in cache:
+/// AMX 0.7x VNNI at 16 tokens, 1.4x at 32, 3.2x at 256).
+pub const AMX_MIN_TOKENS: usize = 32;
+
+/// [`form`], except that [`Path::Amx`] takes NVFP4 products of at least
+/// [`AMX_MIN_TOKENS`] tokens in whole tiles on bf16 activations.
+fn form_for(path: Path, w: &Linear<'_>, tokens: usize) -> Form {
+    #[cfg(target_arch = "x86_64")]
+    if let Linear::Nvfp4 { rows, cols, .. } = *w {
+        if path == Path::Amx && tokens >= AMX_MIN_TOKENS && crate::simd::amx::fits(rows, cols) {
+            return Form::Bf16Pairs;
+        }
+    }
+    form(path, w)
+}
+
+/// Rows `rows` (whole 16-row strips) of an NVFP4 job against its `tokens`
+/// bf16 tokens `b` on AMX tiles: the rows decoded to bf16 once into
+/// `scratch`, then every token.
+#[cfg(target_arch = "x86_64")]
+fn amx_rows(
+    j: &Job<'_, '_, '_>,
+    b: &[u32],
+    rows: Range<usize>,
+    tokens: usize,
+    scratch: &mut Vec<f32>,
+) {
+    use crate::simd::amx;
+    let Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. } = *j.w else {
+        unreachable!("bf16 pairs are prepared for NVFP4 weights only");
+    };
+    let n = rows.len();
+    debug_assert!(rows.start % amx::ROWS == 0 && amx::fits(n, cols));
+    if scratch.len() < n * cols / 2 {
+        scratch.resize(n * cols / 2, 0.0);
+    }
+    // SAFETY: the first n * cols / 2 floats of `scratch` are n * cols u16
+    // (u16 needs less alignment than f32), used only as this view below.
+    let a =
+        unsafe { core::slice::from_raw_parts_mut(scratch.as_mut_ptr().cast::<u16>(), n * cols) };
+    let p = &packed[rows.start * cols / 2..rows.end * cols / 2];
+    let s = &scales[rows.start * cols / 16..rows.end * cols / 16];
+    // SAFETY: `Path::Amx` is supported (checked by `matmuls_with`), which
+    // implies AVX-512 BW and the granted tile state; `p`, `s` and `a` hold
+    // `n` rows (a multiple of 16) of `cols` (a multiple of 32) columns, and `b`
+    // was packed for `tokens` tokens of `cols` columns.
+    unsafe {
+        amx::decode(p, s, n, cols, a);
+        // y[t * rows + rows.start + r] for t < tokens, r < n: inside y, and
+        // these rows are this worker's alone.
+        let y = j.out.offset(rows.start).slice(0, 0).as_mut_ptr();
+        amx::gemm(a, b, n, cols, tokens, gs, y, j.rows);
+    }
 }
 
 /// The form `path`'s kernel for `w` wants (see `simd::avx512`).
@@ -324,10 +413,10 @@ fn form(path: Path, w: &Linear<'_>) -> Form {
     }
     if q8_activations(path, w) {
         // The SIMD quantizer needs AVX-512, which the VNNI path has.
-        let vnni = path == Path::Avx512Vnni;
+        let vnni = matches!(path, Path::Avx512Vnni | Path::Amx);
         return Form::Q8(if vnni { Layout::BlockLanes } else { Layout::EvenOdd }, vnni);
     }
-    let avx512 = matches!(path, Path::Avx512 | Path::Avx512Vnni);
+    let avx512 = matches!(path, Path::Avx512 | Path::Avx512Vnni | Path::Amx);
     match w {
         Linear::Nvfp4 { .. } if avx512 => Form::Permuted(8),
         Linear::Dense { dtype: DType::BF16, .. } if avx512 => Form::Permuted(32),
@@ -342,6 +431,15 @@ fn prepare(form: Form, x: &[f32], tokens: usize, cols: usize) -> Prepared<'_> {
         Form::Q8Lanes => return Prepared::Q8(quantize_q8_lanes(x, tokens, cols)),
         Form::Q8(layout, simd) => return Prepared::Q8(quantize_q8(x, tokens, cols, layout, simd)),
         Form::Permuted(group) => group,
+        #[cfg(target_arch = "x86_64")]
+        Form::Bf16Pairs => {
+            // SAFETY: the form is chosen on `Path::Amx` only, which has
+            // AVX-512 BW, for whole 32-column steps (`amx::fits`).
+            let b = unsafe { crate::simd::amx::pack(x, tokens, cols) };
+            return Prepared::Bf16(b);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Form::Bf16Pairs => unreachable!("AMX exists only on x86_64"),
     };
     let mut xp = x.to_vec();
     for t in 0..tokens {
@@ -409,7 +507,7 @@ fn row(
         #[cfg(target_arch = "x86_64")]
         (_, Xs::Q8(_)) => unreachable!("int8 activations take the tile kernels (`vnni`)"),
         #[cfg(target_arch = "x86_64")]
-        (Path::Avx2 | Path::Avx512 | Path::Avx512Vnni, Xs::F32(x)) => {
+        (Path::Avx2 | Path::Avx512 | Path::Avx512Vnni | Path::Amx, Xs::F32(x)) => {
             simd_row(path, w, r, x, n, out)
         }
         (_, Xs::F32(x)) => generic::row(w, r, x, n, out, scratch),

@@ -3,8 +3,11 @@
 //! tokens, remainders, pools of workers) is bit-for-bit the one-token
 //! product of that token alone. This is what keeps batched decode and
 //! chunked prefill exact (greedy tokens identical alone and batched).
+//! The opt-in `amx` path keeps this among its AMX products (32 tokens or
+//! more, whole tiles); a token alone runs there on the VNNI kernel, so its
+//! reference is the token repeated.
 
-use kore_engine::kernels::matmul_with;
+use kore_engine::kernels::{bf16_activations, matmul_with};
 use kore_engine::pool::{Parallel, Serial, ThreadPool};
 use kore_engine::simd::Path;
 use kore_engine::{DType, Linear};
@@ -24,8 +27,16 @@ fn check(path: Path, pool: &dyn Parallel, w: &Linear<'_>, rng: &mut Rng, tokens:
     matmul_with(path, &Serial, w, &x, tokens, &mut serial);
     matmul_with(path, pool, w, &x, tokens, &mut pooled);
     let mut one = vec![f32::NAN; rows];
+    let mut copies = vec![f32::NAN; tokens * rows];
     for t in 0..tokens {
-        matmul_with(path, &Serial, w, &x[t * cols..(t + 1) * cols], 1, &mut one);
+        let xt = &x[t * cols..(t + 1) * cols];
+        if bf16_activations(path, w, tokens) {
+            // AMX tiles: the token repeated as often is its reference batch.
+            matmul_with(path, &Serial, w, &xt.repeat(tokens), tokens, &mut copies);
+            one.copy_from_slice(&copies[..rows]);
+        } else {
+            matmul_with(path, &Serial, w, xt, 1, &mut one);
+        }
         let at = format!("{} {rows}x{cols} token {t} of {tokens}", path.name());
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&serial[t * rows..(t + 1) * rows]), bits(&one), "{at}, serial");
@@ -37,7 +48,7 @@ fn paths() -> Vec<Path> {
     Path::ALL.into_iter().filter(|p| p.supported()).collect()
 }
 
-const TOKENS: [usize; 10] = [2, 3, 4, 5, 7, 8, 9, 12, 17, 33];
+const TOKENS: [usize; 11] = [2, 3, 4, 5, 7, 8, 9, 12, 17, 33, 48];
 
 #[test]
 fn nvfp4_tokens_are_exact_in_any_tile() {
@@ -46,7 +57,18 @@ fn nvfp4_tokens_are_exact_in_any_tile() {
     for path in paths() {
         // Row counts that leave every remainder of a 4-row tile; columns
         // with and without a partial 128-column chunk.
-        for &(rows, cols) in &[(1, 128), (6, 256), (7, 272), (13, 2048), (70, 640), (5, 48)] {
+        // (16, 32), (48, 2048) and (80, 96) are whole AMX tiles.
+        for &(rows, cols) in &[
+            (1, 128),
+            (6, 256),
+            (7, 272),
+            (13, 2048),
+            (70, 640),
+            (5, 48),
+            (16, 32),
+            (48, 2048),
+            (80, 96),
+        ] {
             let packed = rng.bytes(rows * cols / 2);
             let sc: Vec<u8> =
                 (0..rows * cols / 16).map(|_| (rng.next() as u8 & 0x77) | 0x30).collect();

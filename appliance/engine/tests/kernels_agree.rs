@@ -2,8 +2,8 @@
 //! token counts (tiles of 16 and their remainders) and pool sizes.
 
 use kore_engine::kernels::{
-    delta_step_with, gemm_acc_with, matmul_with, matmuls_with, permute_nvfp4, permute_nvfp4_x8,
-    q8_activations, round_q8, DeltaToken, Mat, MatMut, Product,
+    bf16_activations, delta_step_with, gemm_acc_with, matmul_with, matmuls_with, permute_nvfp4,
+    permute_nvfp4_x8, q8_activations, round_bf16, round_q8, DeltaToken, Mat, MatMut, Product,
 };
 use kore_engine::pool::{Parallel, Serial, ThreadPool};
 use kore_engine::simd::Path;
@@ -36,14 +36,21 @@ fn scales(rng: &mut Rng, n: usize) -> Vec<u8> {
 
 /// Generic-vs-path check of `y` for a weight with elementwise `|W|`. A path
 /// that quantizes activations to int8 is checked against the generic path
-/// on the dequantized activations (its twin), with the same tight tolerance.
+/// on the dequantized activations (its twin), with the same tight tolerance;
+/// one that rounds them to bf16 (`amx`) on the rounded activations.
 fn check(path: Path, pool: &dyn Parallel, w: &Linear<'_>, rng: &mut Rng, tokens: usize) {
     let (rows, cols) = (w.rows(), w.cols());
     let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f()).collect();
     let mut want = vec![0.0; tokens * rows];
     let mut got = vec![f32::NAN; tokens * rows];
     matmul_with(path, pool, w, &x, tokens, &mut got);
-    let x = if q8_activations(path, w) { x.chunks(cols).flat_map(round_q8).collect() } else { x };
+    let x = if bf16_activations(path, w, tokens) {
+        round_bf16(&x)
+    } else if q8_activations(path, w) {
+        x.chunks(cols).flat_map(round_q8).collect()
+    } else {
+        x
+    };
     matmul_with(Path::Generic, &Serial, w, &x, tokens, &mut want);
     let mut row = vec![0.0; cols];
     for r in 0..rows {
@@ -84,6 +91,12 @@ fn nvfp4_paths_agree_with_generic() {
             (4, 2064),
             (7, 192),
             (3, 336),
+            // Whole AMX tiles (16-row strips, 32-column steps), one and
+            // several strips and steps, odd strip and step counts.
+            (16, 32),
+            (48, 96),
+            (32, 2048),
+            (80, 1056),
         ] {
             let packed = rng.bytes(rows * cols / 2);
             let sc = scales(&mut rng, rows * cols / 16);

@@ -7,7 +7,7 @@ use kore_engine::simd::{self, Path};
 fn a_limited_xcr0_caps_the_kernel_path() {
     let host = simd::best();
     simd::limit_xcr0(0x7); // x87 | SSE | AVX: no opmask/ZMM state
-    assert!(!Path::Avx512.supported() && !Path::Avx512Vnni.supported());
+    assert!(!Path::Avx512.supported() && !Path::Avx512Vnni.supported() && !Path::Amx.supported());
     let want = if host == Path::Generic { Path::Generic } else { Path::Avx2 };
     assert_eq!(simd::best(), want);
     assert_eq!(simd::active(), want);

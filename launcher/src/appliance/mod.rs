@@ -304,6 +304,13 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
     let budget = crate::host::sizing::Budget::compute(pack, settings.context)
         .map_err(|e| LaunchError::Model(e.to_string()))?
         .with_memory(settings.memory);
+    if crate::engine_options::current().kernels == Some(kore_engine::simd::Path::Amx) {
+        return Err(LaunchError::Usage(
+            "KORE_KERNELS=amx runs with --native only: the guest does not enable the AMX tile \
+             state; unset it or use avx512vnni"
+                .into(),
+        ));
+    }
     Ok(BootOptions {
         vcpus: settings.vcpus.max(1),
         memory_bytes: budget.own_memory().div_ceil(2 * MIB) * 2 * MIB,

@@ -27,7 +27,7 @@ macro_rules! by_g {
 }
 
 fn wide(path: Path) -> bool {
-    matches!(path, Path::Avx512 | Path::Avx512Vnni)
+    matches!(path, Path::Avx512 | Path::Avx512Vnni | Path::Amx)
 }
 
 /// See `simd::attn::scores`.

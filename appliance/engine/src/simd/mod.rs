@@ -7,6 +7,8 @@
 
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 pub mod attn;
 #[cfg(target_arch = "x86_64")]
 mod attn_x86;
@@ -93,11 +95,18 @@ pub enum Path {
     /// (quantized per 16-column block, as llama.cpp's 4-bit types do); every
     /// other product as [`Path::Avx512`].
     Avx512Vnni,
+    /// [`Path::Avx512Vnni`], except that NVFP4 products over at least
+    /// `kernels::AMX_MIN_TOKENS` tokens (prefill chunks) run as AMX-BF16
+    /// tiles on bf16 activations (`simd::amx`). Opt-in only: a prompt's
+    /// result then differs in the last bits from the same tokens run one by
+    /// one. Native Linux only (the OS must grant the tile state).
+    Amx,
 }
 
 impl Path {
-    /// Every path, fastest last.
-    pub const ALL: [Path; 4] = [Path::Generic, Path::Avx2, Path::Avx512, Path::Avx512Vnni];
+    /// Every path, fastest last ([`Path::Amx`] is never chosen automatically).
+    pub const ALL: [Path; 5] =
+        [Path::Generic, Path::Avx2, Path::Avx512, Path::Avx512Vnni, Path::Amx];
 
     /// Lower-case name (`generic`, `avx2`, `avx512`).
     pub fn name(self) -> &'static str {
@@ -106,6 +115,7 @@ impl Path {
             Path::Avx2 => "avx2",
             Path::Avx512 => "avx512",
             Path::Avx512Vnni => "avx512vnni",
+            Path::Amx => "amx",
         }
     }
 
@@ -121,6 +131,7 @@ impl Path {
             Path::Avx2 => features().avx2,
             Path::Avx512 => features().avx512,
             Path::Avx512Vnni => features().avx512vnni,
+            Path::Amx => features().amx,
         }
     }
 
@@ -130,6 +141,7 @@ impl Path {
             Path::Avx2 => 2,
             Path::Avx512 => 3,
             Path::Avx512Vnni => 4,
+            Path::Amx => 5,
         }
     }
 
@@ -139,6 +151,7 @@ impl Path {
             2 => Some(Path::Avx2),
             3 => Some(Path::Avx512),
             4 => Some(Path::Avx512Vnni),
+            5 => Some(Path::Amx),
             _ => None,
         }
     }
@@ -153,9 +166,13 @@ pub struct Features {
     pub avx512: bool,
     /// AVX512-VNNI and AVX512-VBMI (and `avx512`).
     pub avx512vnni: bool,
+    /// AMX-TILE and AMX-BF16 with the tile state enabled in XCR0 and granted
+    /// to this process by the OS (and `avx512vnni`).
+    pub amx: bool,
 }
 
-/// 0 = not detected yet; else bit 0 set plus bit 1 avx2, bit 2 avx512, bit 3 avx512vnni.
+/// 0 = not detected yet; else bit 0 set plus bit 1 avx2, bit 2 avx512, bit 3
+/// avx512vnni, bit 4 amx.
 static FEATURES: AtomicU8 = AtomicU8::new(0);
 /// `AUTO` (the best supported path) or a forced `Path::code`.
 static FORCED: AtomicU8 = AtomicU8::new(AUTO);
@@ -168,11 +185,19 @@ pub fn features() -> Features {
     let mut bits = FEATURES.load(Ordering::Relaxed);
     if bits == 0 {
         let f = detect();
-        bits =
-            1 | (u8::from(f.avx2) << 1) | (u8::from(f.avx512) << 2) | (u8::from(f.avx512vnni) << 3);
+        bits = 1
+            | (u8::from(f.avx2) << 1)
+            | (u8::from(f.avx512) << 2)
+            | (u8::from(f.avx512vnni) << 3)
+            | (u8::from(f.amx) << 4);
         FEATURES.store(bits, Ordering::Relaxed);
     }
-    Features { avx2: bits & 2 != 0, avx512: bits & 4 != 0, avx512vnni: bits & 8 != 0 }
+    Features {
+        avx2: bits & 2 != 0,
+        avx512: bits & 4 != 0,
+        avx512vnni: bits & 8 != 0,
+        amx: bits & 16 != 0,
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -203,7 +228,12 @@ fn detect() -> Features {
     let vl = l7.ebx & (1 << 31) != 0;
     let avx512 = avx2 && zmm && f && bw && vl;
     let (vbmi, vnni) = (l7.ecx & (1 << 1) != 0, l7.ecx & (1 << 11) != 0);
-    Features { avx2, avx512, avx512vnni: avx512 && vbmi && vnni }
+    let avx512vnni = avx512 && vbmi && vnni;
+    // AMX-BF16 (EDX bit 22) and AMX-TILE (24), XTILECFG and XTILEDATA in
+    // XCR0 (bits 17, 18), and the OS's grant of the tile data state.
+    let tiles = l7.edx & (1 << 22) != 0 && l7.edx & (1 << 24) != 0 && xcr0 & (3 << 17) == 3 << 17;
+    let amx = avx512vnni && tiles && amx::request_tile_state();
+    Features { avx2, avx512, avx512vnni, amx }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
