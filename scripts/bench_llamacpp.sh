@@ -15,7 +15,11 @@
 #    and gguf-py. CMake Release, GGML_NATIVE (-march=native), CPU only. For the AVX2
 #    comparison point LLAMA_CPP_DIR at a tree and set LLAMA_CMAKE_FLAGS (e.g.
 #    "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON") and a separate
-#    LLAMA_BUILD_DIR, and run Kore with KORE_KERNELS=avx2.
+#    LLAMA_BUILD_DIR, and run Kore with KORE_KERNELS=avx2. On a CPU with AMX the native
+#    build of 0c1e570 turns on llama.cpp's AMX path, which segfaulted on these GGUFs on an
+#    Intel Xeon (ggml_backend_amx_mul_mat); build it yourself with
+#    -DCMAKE_C_FLAGS/-DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" into a
+#    directory of its own and point LLAMA_BUILD_DIR at it (docs/benchmarks.md).
 # 2. The pack -> a BF16 Hugging Face directory (bench_llamacpp_hf.py --bf16: NVFP4
 #    dequantized with its scales folded in; a tied model's q8/NVFP4 head dropped, so the
 #    output is the BF16 embedding) -> BF16 GGUF with the bundled converter
