@@ -132,6 +132,10 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
                 let p = packed.as_ptr().add(r * prow + 128 * c);
                 super::prefetch_ahead(p);
                 super::prefetch_ahead(p.add(64));
+                if c % 4 == 0 {
+                    // The block scales' own stream, a line every 4 chunks.
+                    super::prefetch_scales_ahead(scales.as_ptr().add(r * srow + 16 * c));
+                }
                 let d0 = _mm512_loadu_si512(p as *const __m512i);
                 let d1 = _mm512_loadu_si512(p.add(64) as *const __m512i);
                 let e = _mm512_permutex2var_epi8(d0, split[0], d1);
