@@ -253,7 +253,7 @@ pub fn read_bandwidth(
 
 fn read_sum(path: Path, part: &[u64]) -> u64 {
     #[cfg(target_arch = "x86_64")]
-    if matches!(path, Path::Avx512 | Path::Avx512Vnni | Path::Amx) {
+    if path.avx512() {
         // SAFETY: `simd::active` only returns supported paths.
         return unsafe { simd::avx512::read_sum(part) };
     }

@@ -202,8 +202,8 @@ pub fn round_bf16(x: &[f32]) -> Vec<f32> {
 /// activations, up to the order of the sums.
 pub fn q8_activations(path: Path, w: &Linear<'_>) -> bool {
     match w {
-        Linear::Nvfp4 { .. } => matches!(path, Path::Avx512Vnni | Path::Amx | Path::Avx2),
-        Linear::Q8 { .. } => matches!(path, Path::Avx512Vnni | Path::Amx),
+        Linear::Nvfp4 { .. } => path.vnni() || path == Path::Avx2,
+        Linear::Q8 { .. } => path.vnni(),
         Linear::Dense { .. } => false,
     }
 }
@@ -413,10 +413,10 @@ fn form(path: Path, w: &Linear<'_>) -> Form {
     }
     if q8_activations(path, w) {
         // The SIMD quantizer needs AVX-512, which the VNNI path has.
-        let vnni = matches!(path, Path::Avx512Vnni | Path::Amx);
+        let vnni = path.vnni();
         return Form::Q8(if vnni { Layout::BlockLanes } else { Layout::EvenOdd }, vnni);
     }
-    let avx512 = matches!(path, Path::Avx512 | Path::Avx512Vnni | Path::Amx);
+    let avx512 = path.avx512();
     match w {
         Linear::Nvfp4 { .. } if avx512 => Form::Permuted(8),
         Linear::Dense { dtype: DType::BF16, .. } if avx512 => Form::Permuted(32),
@@ -507,9 +507,7 @@ fn row(
         #[cfg(target_arch = "x86_64")]
         (_, Xs::Q8(_)) => unreachable!("int8 activations take the tile kernels (`vnni`)"),
         #[cfg(target_arch = "x86_64")]
-        (Path::Avx2 | Path::Avx512 | Path::Avx512Vnni | Path::Amx, Xs::F32(x)) => {
-            simd_row(path, w, r, x, n, out)
-        }
+        (p, Xs::F32(x)) if p == Path::Avx2 || p.avx512() => simd_row(path, w, r, x, n, out),
         (_, Xs::F32(x)) => generic::row(w, r, x, n, out, scratch),
     }
 }

@@ -47,7 +47,7 @@ pub fn delta_step_with(
     );
     assert!(path.supported(), "kernel path {} is not supported by this CPU", path.name());
     #[cfg(target_arch = "x86_64")]
-    if matches!(path, Path::Avx512 | Path::Avx512Vnni | Path::Amx) && dv % 16 == 0 {
+    if path.avx512() && dv % 16 == 0 {
         use crate::simd::avx512::delta_step as d;
         // SAFETY: AVX-512 is supported (asserted); shapes asserted above and
         // each `C` divides dv / 16.
@@ -114,7 +114,7 @@ pub fn gemm_acc_with(
     assert!(fits(c.data.len(), m, n, c.ld), "gemm_acc output shape");
     assert!(path.supported(), "kernel path {} is not supported by this CPU", path.name());
     #[cfg(target_arch = "x86_64")]
-    if matches!(path, Path::Avx512 | Path::Avx512Vnni | Path::Amx) {
+    if path.avx512() {
         // SAFETY: AVX-512 is supported (asserted); every view holds its
         // shape (asserted above).
         unsafe { crate::simd::avx512::gemm_acc(m, n, k, a, b, c) };

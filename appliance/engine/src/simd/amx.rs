@@ -76,10 +76,7 @@ pub(crate) unsafe fn pack(x: &[f32], tokens: usize, cols: usize) -> Vec<u32> {
         63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19,
         17, 15, 13, 11, 9, 7, 5, 3, 1,
     );
-    let rows = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-        _mm512_set1_epi32(TOKENS as i32),
-    );
+    let rows = lane_times_tokens();
     for t in 0..tokens {
         let base = (t / TOKENS) * pairs * TOKENS + t % TOKENS;
         for m in 0..cols / K {
@@ -95,6 +92,14 @@ pub(crate) unsafe fn pack(x: &[f32], tokens: usize, cols: usize) -> Vec<u32> {
         }
     }
     out
+}
+
+/// Lane `i` holds `16 i`: the dword offsets of one column of a 16 x 16 tile
+/// (a B tile's column of pairs, a C tile's column of rows).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn lane_times_tokens() -> __m512i {
+    _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0)
 }
 
 /// Each f32 of `x` rounded to bf16 ([`bf16_bits`]) in its high 16 bits.
@@ -230,6 +235,7 @@ pub(crate) unsafe fn gemm(
     let (strips, groups, steps) = (rows / ROWS, tokens.div_ceil(TOKENS), cols / K);
     debug_assert!(b.len() == groups * cols / 2 * TOKENS);
     let mut c = [[0f32; 256]; 4];
+    let column = lane_times_tokens();
     // SAFETY: the caller guarantees AMX is usable; CONFIG is a valid palette-1
     // configuration (8 tiles of 16 x 64 bytes).
     unsafe { asm!("ldtilecfg [{}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly)) };
@@ -291,10 +297,6 @@ pub(crate) unsafe fn gemm(
                     options(nostack),
                 );
             }
-            let column = _mm512_mullo_epi32(
-                _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                _mm512_set1_epi32(TOKENS as i32),
-            );
             for (q, cq) in c.iter().enumerate() {
                 let (ds, dg) = (q / 2, q % 2);
                 if (ds == 1 && !two_s) || (dg == 1 && !two_g) {
@@ -318,10 +320,25 @@ pub(crate) unsafe fn gemm(
     unsafe { asm!("tilerelease", options(nostack, nomem)) };
 }
 
-/// Asks the OS for the AMX tile data state (Linux: `arch_prctl(
-/// ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, once per process); true if
-/// granted. Elsewhere (the Kore guest, other systems) false.
-pub(crate) fn request_tile_state() -> bool {
+/// Whether the OS has granted this process the AMX tile data state, asked
+/// for on the first call (Linux: `arch_prctl(ARCH_REQ_XCOMP_PERM,
+/// XFEATURE_XTILEDATA)`) and remembered. Elsewhere (the Kore guest, other
+/// systems) false.
+pub(crate) fn tile_state_granted() -> bool {
+    use core::sync::atomic::{AtomicU8, Ordering};
+    /// 0 = not asked yet, 1 = refused, 2 = granted.
+    static GRANT: AtomicU8 = AtomicU8::new(0);
+    match GRANT.load(Ordering::Relaxed) {
+        0 => {
+            let granted = request_tile_state();
+            GRANT.store(1 + u8::from(granted), Ordering::Relaxed);
+            granted
+        }
+        g => g == 2,
+    }
+}
+
+fn request_tile_state() -> bool {
     #[cfg(all(feature = "std", target_os = "linux"))]
     {
         const SYS_ARCH_PRCTL: i64 = 158;
@@ -366,6 +383,7 @@ mod tests {
         x[6] = f32::INFINITY;
         x[7] = -f32::MAX;
         if !crate::simd::features().avx512 {
+            eprintln!("no AVX-512 on this CPU: the packing is never used here");
             return;
         }
         // SAFETY: AVX-512 checked; 17 tokens of 32 columns.

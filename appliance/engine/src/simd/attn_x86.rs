@@ -27,7 +27,7 @@ macro_rules! by_g {
 }
 
 fn wide(path: Path) -> bool {
-    matches!(path, Path::Avx512 | Path::Avx512Vnni | Path::Amx)
+    path.avx512()
 }
 
 /// See `simd::attn::scores`.

@@ -130,6 +130,17 @@ impl Path {
         }
     }
 
+    /// Whether the path runs the AVX-512 kernels (`avx512` and above).
+    pub fn avx512(self) -> bool {
+        matches!(self, Path::Avx512 | Path::Avx512Vnni | Path::Amx)
+    }
+
+    /// Whether the path runs the VNNI int8 kernels (`avx512vnni`, and `amx`
+    /// outside its AMX products).
+    pub fn vnni(self) -> bool {
+        matches!(self, Path::Avx512Vnni | Path::Amx)
+    }
+
     /// Parses [`Path::name`].
     pub fn from_name(s: &str) -> Option<Path> {
         Path::ALL.into_iter().find(|p| p.name() == s)
@@ -142,7 +153,7 @@ impl Path {
             Path::Avx2 => features().avx2,
             Path::Avx512 => features().avx512,
             Path::Avx512Vnni => features().avx512vnni,
-            Path::Amx => features().amx,
+            Path::Amx => features().amx && amx::tile_state_granted(),
         }
     }
 
@@ -177,8 +188,9 @@ pub struct Features {
     pub avx512: bool,
     /// AVX512-VNNI and AVX512-VBMI (and `avx512`).
     pub avx512vnni: bool,
-    /// AMX-TILE and AMX-BF16 with the tile state enabled in XCR0 and granted
-    /// to this process by the OS (and `avx512vnni`).
+    /// AMX-TILE and AMX-BF16 with the tile state enabled in XCR0 (and
+    /// `avx512vnni`); [`Path::Amx`] also needs the OS's grant, asked for
+    /// only when that path is.
     pub amx: bool,
 }
 
@@ -241,9 +253,9 @@ fn detect() -> Features {
     let (vbmi, vnni) = (l7.ecx & (1 << 1) != 0, l7.ecx & (1 << 11) != 0);
     let avx512vnni = avx512 && vbmi && vnni;
     // AMX-BF16 (EDX bit 22) and AMX-TILE (24), XTILECFG and XTILEDATA in
-    // XCR0 (bits 17, 18), and the OS's grant of the tile data state.
+    // XCR0 (bits 17, 18).
     let tiles = l7.edx & (1 << 22) != 0 && l7.edx & (1 << 24) != 0 && xcr0 & (3 << 17) == 3 << 17;
-    let amx = avx512vnni && tiles && amx::request_tile_state();
+    let amx = avx512vnni && tiles;
     Features { avx2, avx512, avx512vnni, amx }
 }
 

@@ -23,9 +23,7 @@ pub fn silu_in_place(path: Path, x: &mut [f32]) {
     match path {
         // SAFETY: the path is supported (callers pass `simd::active()`, which
         // is), and the kernels touch only `x`.
-        Path::Avx512 | Path::Avx512Vnni | Path::Amx if path.supported() => unsafe {
-            x86::silu512(x)
-        },
+        p if p.avx512() && p.supported() => unsafe { x86::silu512(x) },
         // SAFETY: as above for AVX2.
         Path::Avx2 if path.supported() => unsafe { x86::silu256(x) },
         _ => x.iter_mut().for_each(|v| *v = silu(*v)),
@@ -53,9 +51,7 @@ pub fn exp_in_place(path: Path, x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     match path {
         // SAFETY: the path is supported, and the kernels touch only `x`.
-        Path::Avx512 | Path::Avx512Vnni | Path::Amx if path.supported() => unsafe {
-            x86::exp512(x)
-        },
+        p if p.avx512() && p.supported() => unsafe { x86::exp512(x) },
         // SAFETY: as above for AVX2.
         Path::Avx2 if path.supported() => unsafe { x86::exp256(x) },
         _ => x.iter_mut().for_each(|v| *v = expf_floored(*v)),
