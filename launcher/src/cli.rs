@@ -219,6 +219,12 @@ pub struct BenchArgs {
     /// Sequences decoding together (one batched forward a step).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub concurrency: u32,
+    /// Prompt tokens of the prefill measurement (default 512; llama-bench's -p).
+    #[arg(short = 'p', long = "prompt-tokens")]
+    pub prompt_tokens: Option<u32>,
+    /// Tokens decoded for the decode measurement (default 128; llama-bench's -n).
+    #[arg(short = 'n', long = "decode-tokens")]
+    pub decode_tokens: Option<u32>,
     #[command(flatten)]
     pub json: JsonFlag,
 }

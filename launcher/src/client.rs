@@ -1,25 +1,28 @@
-//! A client of the Kore chat protocol (docs/protocol.md): writes request
-//! lines, reads events, cancels. It speaks over any [`Connection`] — an
-//! in-process pipe to a native service, or the appliance VM's vsock through
-//! its Unix socket — so every command drives the guest and `--native` paths
-//! with the same code.
+//! The one client of the Kore chat protocol (docs/protocol.md) for every
+//! command: writes typed [`Request`]s, reads typed [`Event`]s (crate
+//! `kore-protocol`, the types the service itself writes), cancels. It speaks
+//! over any [`Connection`]: an in-process pipe to a native service, the
+//! appliance VM's vsock through its Unix socket, or the background
+//! appliance's relay.
 //!
 //! ```ignore
 //! let mut client = appliance.client()?;
-//! let done = client.generate(json!({"prompt": "Once", "max_tokens": 8}), |d| print!("{}", d.text))?;
+//! let done = client.generate(GenerateRequest::completion("Once"), |d| print!("{}", d.delta))?;
 //! ```
 //!
-//! For concurrent use (a reader thread plus cancels from a Ctrl-C handler, or
-//! several requests in flight) split it with [`Client::into_split`].
-
-// Cancels and splitting serve `chat` and `batch` (helper ux).
-#![allow(dead_code)]
+//! Where events must be read while requests are written (a Ctrl-C cancel,
+//! several requests in flight, an HTTP relay), split it with
+//! [`Client::into_split`]; [`Events::spawn_reader`] moves the reading half to
+//! a thread that delivers events on a channel.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::Duration;
 
-use serde_json::{json, Value};
-
-use crate::error::{LaunchError, Result};
+use kore_protocol::{
+    BenchReport, BenchRequest, DeltaEvent, DoneEvent, ErrorCode, Event, GenerateRequest, Id,
+    InfoBody, Request,
+};
 
 /// One side of a byte stream to the service.
 pub type ReadHalf = Box<dyn Read + Send>;
@@ -41,148 +44,66 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// Where a delta belongs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Reasoning between `<think>` and `</think>`.
-    Thinking,
-    /// The answer.
-    Answer,
-}
+/// An event as a client reads it (owned).
+pub type OwnedEvent = Event<'static>;
+/// A `done` event as a client reads it (owned).
+pub type Done = DoneEvent<'static>;
+/// A delta as a client reads it (owned).
+pub type Delta = DeltaEvent<'static>;
 
-/// A streamed piece of text.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Delta {
-    /// The request's id.
-    pub id: Value,
-    /// The text.
-    pub text: String,
-    /// Thinking or answer.
-    pub phase: Phase,
-}
-
-/// The terminal `done` event of a generation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Done {
-    /// The request's id.
-    pub id: Value,
-    /// `stop`, `length` or `cancelled`.
-    pub finish: String,
-    /// Generated ids (including a final stop token).
-    pub token_ids: Vec<u32>,
-    /// The answer text.
-    pub text: String,
-    /// The thinking text (chat requests only).
-    pub thinking: Option<String>,
-    /// The stats object as sent (prompt_tokens, generated_tokens, ...).
-    pub stats: Value,
-}
-
-/// A protocol error event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProtocolError {
-    /// The request's id (`null` when the line had none).
-    pub id: Value,
-    /// The stable code (`bad_request`, `prompt_too_long`, ...).
-    pub code: String,
-    /// What went wrong and what to do.
-    pub message: String,
-}
-
-impl From<ProtocolError> for LaunchError {
-    fn from(e: ProtocolError) -> Self {
-        let text = format!("the appliance answered {}: {}", e.code, e.message);
-        match e.code.as_str() {
-            "bad_request" | "prompt_too_long" => LaunchError::Usage(text),
-            _ => LaunchError::Other(text),
-        }
-    }
-}
-
-/// One event from the service.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    /// Streamed text.
-    Delta(Delta),
-    /// A generation ended.
-    Done(Done),
-    /// A request failed.
-    Error(ProtocolError),
-    /// The answer to `{"op":"info"}`.
-    Info {
-        /// The request's id.
-        id: Value,
-        /// The info object.
-        info: Value,
+/// What can go wrong talking to the appliance.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The appliance answered the request with a protocol error.
+    #[error("the appliance answered {code}: {message}")]
+    Refused {
+        /// The request's id (`null` when the line had none).
+        id: Id,
+        /// The stable code.
+        code: ErrorCode,
+        /// What went wrong and what to do.
+        message: String,
     },
-    /// The answer to `{"op":"bench"}`.
-    Bench {
-        /// The request's id.
-        id: Value,
-        /// The report (the `kore-launch bench --json` fields).
-        report: Value,
+    /// The connection ended before the answer.
+    #[error("the appliance closed the connection before answering{0}")]
+    Closed(String),
+    /// Reading or writing the connection failed.
+    #[error("the connection to the appliance failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// A line that is no event of this protocol.
+    #[error("the appliance sent a malformed event ({source}): {line}")]
+    Malformed {
+        /// The line as read.
+        line: String,
+        /// Why it is not an event.
+        #[source]
+        source: serde_json::Error,
     },
+    /// An event of the wrong kind for the request.
+    #[error("unexpected answer to {what}: {event}")]
+    Unexpected {
+        /// The request.
+        what: &'static str,
+        /// The event, as read.
+        event: String,
+    },
+    /// The sending side was closed already.
+    #[error("the connection's sending side is already closed")]
+    SendClosed,
 }
 
-impl Event {
-    /// The id the event belongs to.
-    pub fn id(&self) -> &Value {
+impl ClientError {
+    /// The protocol code of a refusal.
+    pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            Event::Delta(d) => &d.id,
-            Event::Done(d) => &d.id,
-            Event::Error(e) => &e.id,
-            Event::Info { id, .. } | Event::Bench { id, .. } => id,
+            ClientError::Refused { code, .. } => Some(*code),
+            _ => None,
         }
     }
-
-    /// Whether this ends its request.
-    pub fn is_terminal(&self) -> bool {
-        !matches!(self, Event::Delta(_))
-    }
-
-    /// Parses one event line with the protocol's wire types
-    /// (`kore_service::response`, the only parser of events).
-    pub fn parse(line: &str) -> Result<Event> {
-        use kore_service::response::{self as wire, Event as Wire};
-        let event = wire::parse_event(line).map_err(|e| {
-            LaunchError::Other(format!("the appliance sent a malformed event ({e}): {line}"))
-        })?;
-        Ok(match event {
-            Wire::Delta(d) => Event::Delta(Delta {
-                id: d.id.into_owned().0,
-                text: d.delta.into_owned(),
-                phase: match d.phase {
-                    wire::Phase::Thinking => Phase::Thinking,
-                    wire::Phase::Answer => Phase::Answer,
-                },
-            }),
-            Wire::Done(d) => Event::Done(Done {
-                id: d.id.into_owned().0,
-                finish: to_json(&d.finish).as_str().unwrap_or_default().to_string(),
-                token_ids: d.token_ids.into_owned(),
-                text: d.text.into_owned(),
-                thinking: d.thinking.map(|t| t.into_owned()),
-                stats: to_json(&d.stats),
-            }),
-            Wire::Error(e) => Event::Error(ProtocolError {
-                id: e.id.into_owned().0,
-                code: to_json(&e.error.code).as_str().unwrap_or_default().to_string(),
-                message: e.error.message.into_owned(),
-            }),
-            Wire::Info(i) => Event::Info { id: i.id.into_owned().0, info: to_json(&i.info) },
-            Wire::Bench(b) => Event::Bench { id: b.id.into_owned().0, report: to_json(&b.bench) },
-        })
-    }
 }
 
-/// A wire value as the JSON the service sent (the launcher's views keep some as JSON).
-fn to_json<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or(Value::Null)
-}
-
-fn io_err(source: std::io::Error) -> LaunchError {
-    LaunchError::Io { path: "appliance connection".into(), source }
-}
+/// Result of client calls.
+pub type ClientResult<T> = std::result::Result<T, ClientError>;
 
 /// The reading half: events in arrival order.
 pub struct Events {
@@ -198,17 +119,53 @@ impl std::fmt::Debug for Events {
 
 impl Events {
     /// The next event, or `None` once the service closed the connection.
-    pub fn next_event(&mut self) -> Result<Option<Event>> {
+    pub fn next_event(&mut self) -> ClientResult<Option<OwnedEvent>> {
         loop {
             self.line.clear();
-            let n = self.reader.read_line(&mut self.line).map_err(io_err)?;
-            if n == 0 {
+            if self.reader.read_line(&mut self.line)? == 0 {
                 return Ok(None);
             }
             let line = self.line.trim_end();
             if !line.is_empty() {
-                return Event::parse(line).map(Some);
+                return kore_protocol::parse_event(line)
+                    .map(Some)
+                    .map_err(|source| ClientError::Malformed { line: line.into(), source });
             }
+        }
+    }
+
+    /// Moves reading to a thread: events arrive on the returned channel, the
+    /// last one an error ([`ClientError::Closed`] at end of stream).
+    pub fn spawn_reader(mut self) -> std::io::Result<EventChannel> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new().name("kore-launch-events".into()).spawn(move || loop {
+            let item = match self.next_event() {
+                Ok(Some(ev)) => Ok(ev),
+                Ok(None) => Err(ClientError::Closed(String::new())),
+                Err(e) => Err(e),
+            };
+            let last = item.is_err();
+            if tx.send(item).is_err() || last {
+                return;
+            }
+        })?;
+        Ok(EventChannel { rx })
+    }
+}
+
+/// Events from a reader thread ([`Events::spawn_reader`]).
+#[derive(Debug)]
+pub struct EventChannel {
+    rx: Receiver<ClientResult<OwnedEvent>>,
+}
+
+impl EventChannel {
+    /// The next event, or `None` when none came within `timeout`.
+    pub fn next_timeout(&self, timeout: Duration) -> Option<ClientResult<OwnedEvent>> {
+        match self.rx.recv_timeout(timeout) {
+            Ok(ev) => Some(ev),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => Some(Err(ClientError::Closed(String::new()))),
         }
     }
 }
@@ -226,26 +183,29 @@ impl std::fmt::Debug for Requests {
 }
 
 impl Requests {
-    /// Sends one request object as a line.
-    pub fn send(&mut self, request: &Value) -> Result<()> {
-        let w = self.writer.as_mut().ok_or_else(|| {
-            LaunchError::Other("the connection's sending side is already closed".into())
-        })?;
-        let mut line = serde_json::to_vec(request)
-            .map_err(|e| LaunchError::Other(format!("cannot encode the request: {e}")))?;
-        line.push(b'\n');
-        w.write_all(&line).and_then(|()| w.flush()).map_err(io_err)
+    /// Sends one request as a line.
+    pub fn send(&mut self, request: &Request) -> ClientResult<()> {
+        self.send_all(std::slice::from_ref(request))
+    }
+
+    /// Sends requests as lines in one write, so that the service reads them
+    /// together and starts them in the same step.
+    pub fn send_all(&mut self, requests: &[Request]) -> ClientResult<()> {
+        let w = self.writer.as_mut().ok_or(ClientError::SendClosed)?;
+        let bytes: Vec<u8> = requests.iter().flat_map(Request::to_line).collect();
+        w.write_all(&bytes)?;
+        Ok(w.flush()?)
     }
 
     /// A fresh numeric id for this connection.
-    pub fn next_id(&mut self) -> Value {
+    pub fn next_id(&mut self) -> Id {
         self.next_id += 1;
-        json!(self.next_id)
+        Id::from(self.next_id)
     }
 
     /// Cancels request `id` (harmless if it already ended).
-    pub fn cancel(&mut self, id: &Value) -> Result<()> {
-        self.send(&json!({ "cancel": id }))
+    pub fn cancel(&mut self, id: &Id) -> ClientResult<()> {
+        self.send(&Request::Cancel(id.clone()))
     }
 
     /// Closes the sending side: requests already sent are answered, then the
@@ -276,104 +236,122 @@ impl Client {
         (self.events, self.requests)
     }
 
-    /// Sends a request as is (it should carry an `id`).
-    pub fn send(&mut self, request: &Value) -> Result<()> {
+    /// Sends a request as is.
+    pub fn send(&mut self, request: &Request) -> ClientResult<()> {
         self.requests.send(request)
     }
 
     /// The next event (`None` once the service closed the connection).
-    pub fn next_event(&mut self) -> Result<Option<Event>> {
+    pub fn next_event(&mut self) -> ClientResult<Option<OwnedEvent>> {
         self.events.next_event()
     }
 
-    /// Cancels request `id`.
-    pub fn cancel(&mut self, id: &Value) -> Result<()> {
-        self.requests.cancel(id)
-    }
-
     /// Reads until the terminal event of `id`, passing its deltas to
-    /// `on_delta`; events of other requests are skipped.
-    pub fn wait(&mut self, id: &Value, mut on_delta: impl FnMut(&Delta)) -> Result<Event> {
+    /// `on_delta`; events of other requests are skipped. A protocol error
+    /// event becomes [`ClientError::Refused`].
+    pub fn wait(
+        &mut self,
+        id: &Id,
+        mut on_delta: impl FnMut(&DeltaEvent<'_>),
+    ) -> ClientResult<OwnedEvent> {
         loop {
             match self.next_event()? {
-                None => {
-                    return Err(LaunchError::Other(format!(
-                        "the appliance closed the connection before answering request {id}"
-                    )))
+                None => return Err(ClientError::Closed(format!(" request {id}"))),
+                Some(Event::Delta(d)) if *d.id == *id => on_delta(&d),
+                Some(Event::Error(e)) if *e.id == *id || e.id.is_null() => {
+                    return Err(ClientError::Refused {
+                        id: e.id.into_owned(),
+                        code: e.error.code,
+                        message: e.error.message.into_owned(),
+                    })
                 }
-                Some(Event::Delta(d)) if &d.id == id => on_delta(&d),
                 Some(ev) if ev.is_terminal() && ev.id() == id => return Ok(ev),
                 Some(_) => {}
             }
         }
     }
 
-    /// Runs one generation (`request` without an `id`; one is added) and
-    /// returns its `done` event; a protocol error becomes a [`LaunchError`].
-    pub fn generate(&mut self, mut request: Value, on_delta: impl FnMut(&Delta)) -> Result<Done> {
+    /// Runs one generation (a fresh id replaces the request's) and returns
+    /// its `done` event.
+    pub fn generate(
+        &mut self,
+        mut request: GenerateRequest,
+        on_delta: impl FnMut(&DeltaEvent<'_>),
+    ) -> ClientResult<Done> {
         let id = self.requests.next_id();
-        request["id"] = id.clone();
-        self.send(&request)?;
+        request.id = id.clone();
+        self.send(&Request::Generate(request))?;
         match self.wait(&id, on_delta)? {
             Event::Done(d) => Ok(d),
-            Event::Error(e) => Err(e.into()),
-            other => {
-                Err(LaunchError::Other(format!("unexpected answer to a generation: {other:?}")))
-            }
+            other => Err(unexpected("a generation", &other)),
         }
     }
 
     /// `{"op":"info"}`: model, context limit, queue state.
-    pub fn info(&mut self) -> Result<Value> {
+    pub fn info(&mut self) -> ClientResult<InfoBody> {
         let id = self.requests.next_id();
-        self.send(&json!({"op": "info", "id": id}))?;
+        self.send(&Request::Info(id.clone()))?;
         match self.wait(&id, |_| {})? {
-            Event::Info { info, .. } => Ok(info),
-            Event::Error(e) => Err(e.into()),
-            other => Err(LaunchError::Other(format!("unexpected answer to info: {other:?}"))),
+            Event::Info(i) => Ok(i.info.into_owned()),
+            other => Err(unexpected("info", &other)),
         }
     }
 
-    /// `{"op":"bench", ...}` (`params` holds the optional fields); returns the report.
-    pub fn bench(&mut self, params: Value) -> Result<Value> {
+    /// `{"op":"bench", ...}`: the report.
+    pub fn bench(&mut self, request: BenchRequest) -> ClientResult<BenchReport> {
         let id = self.requests.next_id();
-        let mut request = if params.is_object() { params } else { json!({}) };
-        request["op"] = json!("bench");
-        request["id"] = id.clone();
-        self.send(&request)?;
+        self.send(&Request::Bench(id.clone(), request))?;
         match self.wait(&id, |_| {})? {
-            Event::Bench { report, .. } => Ok(report),
-            Event::Error(e) => Err(e.into()),
-            other => Err(LaunchError::Other(format!("unexpected answer to bench: {other:?}"))),
+            Event::Bench(b) => Ok(b.bench.into_owned()),
+            other => Err(unexpected("bench", &other)),
         }
     }
+}
+
+fn unexpected(what: &'static str, event: &OwnedEvent) -> ClientError {
+    let mut line = Vec::new();
+    kore_protocol::write_line(&mut line, event);
+    ClientError::Unexpected { what, event: String::from_utf8_lossy(&line).trim_end().into() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Cursor;
+
+    /// A client whose service "answers" with `lines` and records what is sent.
+    fn scripted(lines: &str) -> Client {
+        Client::new(Connection {
+            reader: Box::new(Cursor::new(lines.as_bytes().to_vec())),
+            writer: Box::new(std::io::sink()),
+        })
+    }
 
     #[test]
-    fn parses_every_event_kind() {
-        let d = Event::parse(r#"{"id":"a","delta":"hi","phase":"thinking"}"#).unwrap();
-        assert_eq!(
-            d,
-            Event::Delta(Delta { id: json!("a"), text: "hi".into(), phase: Phase::Thinking })
-        );
-        let done = Event::parse(
-            r#"{"id":1,"done":true,"finish":"stop","token_ids":[5,6],"text":"x","stats":{"prompt_tokens":3}}"#,
-        )
-        .unwrap();
-        let Event::Done(done) = done else { panic!("not done") };
-        assert_eq!(
-            (done.token_ids, done.finish.as_str(), done.thinking),
-            (vec![5, 6], "stop", None)
-        );
-        let e = Event::parse(r#"{"id":null,"error":{"code":"bad_json","message":"m"}}"#).unwrap();
-        assert!(matches!(e, Event::Error(ProtocolError { ref code, .. }) if code == "bad_json"));
-        assert!(Event::parse(r#"{"id":1,"info":{"model":"m"}}"#).unwrap().is_terminal());
-        assert!(Event::parse("not json").is_err());
-        assert!(Event::parse(r#"{"id":1,"done":true,"token_ids":[-1]}"#).is_err());
-        assert!(Event::parse(r#"{"id":1,"what":2}"#).is_err());
+    fn generate_reads_its_deltas_and_done() {
+        let mut c = scripted(concat!(
+            r#"{"id":9,"delta":"other","phase":"answer"}"#,
+            "\n",
+            r#"{"id":1,"delta":"hi","phase":"answer"}"#,
+            "\n",
+            r#"{"id":1,"done":true,"finish":"stop","token_ids":[5,6],"text":"hi","stats":{"prompt_tokens":3}}"#,
+            "\n"
+        ));
+        let mut seen = String::new();
+        let done = c.generate(GenerateRequest::completion("x"), |d| seen += &d.delta).unwrap();
+        assert_eq!((seen.as_str(), &done.token_ids[..]), ("hi", &[5, 6][..]));
+        assert_eq!((done.finish, done.stats.prompt_tokens), (kore_protocol::Finish::Stop, 3));
+    }
+
+    #[test]
+    fn refusals_closes_and_garbage_are_typed_errors() {
+        let line = r#"{"id":1,"error":{"code":"prompt_too_long","message":"m"}}"#;
+        let e = scripted(line).info().unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::PromptTooLong), "{e}");
+        assert!(matches!(scripted("").info().unwrap_err(), ClientError::Closed(_)));
+        let e = scripted("not json\n").info().unwrap_err();
+        assert!(matches!(e, ClientError::Malformed { .. }), "{e}");
+        let e = scripted(r#"{"id":1,"info":{"model":"m"}}"#).bench(BenchRequest::default());
+        assert!(matches!(e.unwrap_err(), ClientError::Unexpected { .. }));
     }
 }

@@ -1,5 +1,7 @@
 //! The launcher's error type: one line for the user, and an exit code.
 
+use kore_protocol::ErrorCode;
+
 /// Everything that can make a `kore-launch` command fail.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -18,6 +20,21 @@ pub enum LaunchError {
         #[source]
         source: std::io::Error,
     },
+    /// Talking to the appliance failed, or it refused a request.
+    #[error(transparent)]
+    Client(#[from] crate::client::ClientError),
+    /// A thread, process or runtime this command needs could not be started.
+    #[error("cannot start {what}: {source}")]
+    Start {
+        /// What was being started.
+        what: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The user cancelled the work (Ctrl-C).
+    #[error("{0} was cancelled (Ctrl-C)")]
+    Cancelled(&'static str),
     /// Any other failure, already phrased for the user.
     #[error("{0}")]
     Other(String),
@@ -40,7 +57,11 @@ impl LaunchError {
             LaunchError::Usage(_) => 2,
             LaunchError::Model(_) => 3,
             LaunchError::Io { .. } => 4,
-            LaunchError::Other(_) => 1,
+            LaunchError::Client(e) => match e.code() {
+                Some(ErrorCode::BadRequest | ErrorCode::PromptTooLong | ErrorCode::BadJson) => 2,
+                _ => 1,
+            },
+            LaunchError::Start { .. } | LaunchError::Cancelled(_) | LaunchError::Other(_) => 1,
             LaunchError::Host(_) => 5,
         }
     }

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use kore_engine::hf::HfModelDir;
-use kore_engine::{Model, ModelConfig};
+use kore_engine::Model;
 use kore_pack::Pack;
 use kore_tokenizer::Tokenizer;
 
@@ -27,18 +27,17 @@ enum Weights {
 }
 
 /// An opened model directory: weights (mapped, not yet checked against the
-/// config), tokenizer if present, and the ids that end a generation.
+/// config), tokenizer if present, and what decides the ids that end a
+/// generation besides the config (`kore_appliance::stop_ids` is the rule).
 #[derive(Debug)]
 pub struct ModelFiles {
-    /// The directory.
-    pub path: PathBuf,
     weights: Weights,
     /// The tokenizer from `tokenizer.json`, when the directory has one.
     pub tokenizer: Option<Tokenizer>,
-    /// Stop ids: the config's and generation_config.json's `eos_token_id`
-    /// (a pack's `eos_token`), plus `<|im_end|>` and `<|endoftext|>` when the
-    /// tokenizer knows them.
-    pub stop_tokens: Vec<u32>,
+    /// A pack's `eos_token` text.
+    pub eos_token: Option<String>,
+    /// A Hugging Face directory's `generation_config.json` `eos_token_id`s.
+    pub extra_eos_ids: Vec<u32>,
 }
 
 /// The model directory of the effective settings: the one configured, or
@@ -126,12 +125,9 @@ pub fn open(path: Option<&Path>) -> Result<ModelFiles> {
         )));
     }
     let hf = HfModelDir::open(&path).map_err(|e| LaunchError::Model(e.to_string()))?;
-    let config = hf.config().map_err(|e| LaunchError::Model(e.to_string()))?;
     let tokenizer = load_tokenizer(&path.join("tokenizer.json"))?;
-    let mut ids = config.eos_token_ids.clone();
-    ids.extend(generation_config_eos(&path));
-    let stop_tokens = stop_tokens(ids, &config, tokenizer.as_ref(), None);
-    Ok(ModelFiles { path, weights: Weights::Hf(hf), tokenizer, stop_tokens })
+    let extra_eos_ids = generation_config_eos(&path);
+    Ok(ModelFiles { weights: Weights::Hf(hf), tokenizer, eos_token: None, extra_eos_ids })
 }
 
 /// Opens a model pack: manifest, weights header, offsets, alignment and every
@@ -155,16 +151,13 @@ pub fn open_pack(path: &Path) -> Result<ModelFiles> {
     }
     .map_err(|e| LaunchError::Model(e.to_string()))?;
     tracing::info!(pack = %path.display(), weights = %pack.residency(), "pack opened");
-    let config = pack.engine_config();
     let tokenizer = load_tokenizer(&pack.tokenizer_path())?;
-    let eos = pack.manifest().tokenizer.eos_token.clone();
-    let stop_tokens =
-        stop_tokens(config.eos_token_ids.clone(), &config, tokenizer.as_ref(), eos.as_deref());
+    let eos_token = pack.manifest().tokenizer.eos_token.clone();
     Ok(ModelFiles {
-        path: path.to_path_buf(),
         weights: Weights::Pack(Box::new(pack)),
         tokenizer,
-        stop_tokens,
+        eos_token,
+        extra_eos_ids: Vec::new(),
     })
 }
 
@@ -209,22 +202,6 @@ fn generation_config_eos(dir: &Path) -> Vec<u32> {
         Some(x) => x.as_u64().map(|x| x as u32).into_iter().collect(),
         None => Vec::new(),
     }
-}
-
-fn stop_tokens(
-    mut ids: Vec<u32>,
-    config: &ModelConfig,
-    tok: Option<&Tokenizer>,
-    eos_token: Option<&str>,
-) -> Vec<u32> {
-    if let Some(t) = tok {
-        let names = ["<|im_end|>", "<|endoftext|>"].into_iter().chain(eos_token);
-        ids.extend(names.filter_map(|s| t.token_to_id(s)));
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    ids.retain(|&id| (id as usize) < config.vocab_size);
-    ids
 }
 
 #[cfg(test)]

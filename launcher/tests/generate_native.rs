@@ -102,7 +102,7 @@ fn bad_input_exits_non_zero_with_one_line() {
     assert!(e.contains("/nonexistent/model"), "{e}");
     // No tokenizer.json in the fixture: text prompts are refused clearly.
     let e = one_line_error(&kore(&["generate", "--native", "--model", d, "--prompt", "hello"]));
-    assert!(e.contains("tokenizer.json"), "{e}");
+    assert!(e.contains("tokenizer.json") && e.contains("prompt_ids"), "{e}");
     // The guest boots packs: a Hugging Face directory is imported first; this
     // fixture (extra reference tensors, no tokenizer) cannot be, and the error
     // names it before anything boots.

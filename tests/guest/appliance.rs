@@ -119,7 +119,7 @@ fn bench_mode_reports_every_contract_field() {
     eprintln!("{line}");
     let v: serde_json::Value =
         serde_json::from_str(line.trim_start_matches("kore-appliance: bench ")).unwrap();
-    for k in kore_service::engine::BENCH_POSITIVE_FIELDS {
+    for k in kore_service::protocol::BENCH_POSITIVE_FIELDS {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {line}");
     }
     assert_eq!(v["threads"], 2, "{line}");

@@ -41,7 +41,7 @@ fn mtp_greedy_ids_equal_plain_decoding_and_bench_runs_on_every_vcpu() {
     let ev = c.event();
     let b = &ev["bench"];
     eprintln!("guest bench: {b}");
-    for k in kore_service::engine::BENCH_POSITIVE_FIELDS {
+    for k in kore_service::protocol::BENCH_POSITIVE_FIELDS {
         assert!(b[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {ev}\n{}", app.console());
     }
     assert_eq!(b["threads"], json!(2), "{ev}");

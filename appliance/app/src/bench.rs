@@ -9,8 +9,12 @@
 //! 4. with `mtp` N > 0: rounds of plain and speculative decoding alternated
 //!    (`kore_engine::bench`); the MTP figures go into `BenchReport::mtp`. The
 //!    guest has no tokenizer here, so its prompt is `kore_engine::bench::prompt`
-//!    (spread-out ids), not the host's Shakespeare text: acceptance differs.
+//!    (its prompt is [`BENCH_TEXT`] as the served tokenizer encodes it, cycled
+//!    to `prompt_tokens`: the speculative decode's acceptance depends on it)
 //! ```
+//!
+//! The guest and `kore-launch bench --native` both run this through the
+//! service, so their figures come from the same code and the same prompt.
 
 use alloc::format;
 use alloc::string::String;
@@ -22,6 +26,56 @@ use kore_service::{BenchReport, BenchRequest, EngineError, MtpBench};
 
 /// A monotonic nanosecond clock (the guest's TSC clock, `Instant` on the host).
 pub type NsClock = fn() -> u64;
+
+/// Allocates the read-bandwidth buffer of `bytes` (zeroed), or `None` when
+/// the memory is not there (the launcher's advises 2 MiB pages for it, as the
+/// weights are read from 2 MiB pages too).
+pub type BufferAlloc = fn(usize) -> Option<Vec<u64>>;
+
+/// The benchmark prompt's text (public-domain Shakespeare, Richard III I.i and
+/// Henry V III.i, like the default pack's training data), cycled to the prompt
+/// length.
+pub const BENCH_TEXT: &str = "GLOUCESTER:\nNow is the winter of our discontent\n\
+Made glorious summer by this sun of York;\nAnd all the clouds that lour'd upon our house\n\
+In the deep bosom of the ocean buried.\nNow are our brows bound with victorious wreaths;\n\
+Our bruised arms hung up for monuments;\nOur stern alarums changed to merry meetings,\n\
+Our dreadful marches to delightful measures.\n\nKING HENRY V:\n\
+Once more unto the breach, dear friends, once more;\nOr close the wall up with our English dead.\n\
+In peace there's nothing so becomes a man\nAs modest stillness and humility:\n\
+But when the blast of war blows in our ears,\nThen imitate the action of the tiger;\n\
+Stiffen the sinews, summon up the blood,\nDisguise fair nature with hard-favour'd rage;\n\n";
+
+/// How `{"op":"bench"}` measures (set when the engine is assembled).
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The clock (none: bench answers `unsupported`).
+    pub clock: Option<NsClock>,
+    /// Bytes of the read-bandwidth buffer.
+    pub buffer_bytes: usize,
+    /// How the buffer is allocated.
+    pub alloc: BufferAlloc,
+    /// The prompt's ids before cycling (empty: `kore_engine::bench::prompt`).
+    pub prompt: Vec<u32>,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            clock: default_clock(),
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+            alloc: heap_buffer,
+            prompt: Vec::new(),
+        }
+    }
+}
+
+/// A zeroed buffer from the heap, `None` when it has not the room.
+pub fn heap_buffer(bytes: usize) -> Option<Vec<u64>> {
+    let mut v: Vec<u64> = Vec::new();
+    v.try_reserve_exact(bytes / 8).ok()?;
+    v.resize(bytes / 8, 0);
+    Some(v)
+}
 
 /// Bytes of the read-bandwidth buffer: `kore-launch bench --native`'s size.
 pub const DEFAULT_BUFFER_BYTES: usize = 1 << 30;
@@ -48,10 +102,14 @@ pub fn default_clock() -> Option<NsClock> {
 /// Runs the benchmark on `model` (over the pool it already runs on).
 pub fn run(
     model: &Model<'_>,
-    clock: NsClock,
-    buffer_bytes: usize,
+    setup: &Setup,
     req: &BenchRequest,
 ) -> Result<BenchReport, EngineError> {
+    let clock = setup.clock.ok_or_else(|| {
+        EngineError::Unsupported(String::from(
+            "this engine has no clock to measure with (ModelEngine::with_clock)",
+        ))
+    })?;
     let workers = model.pool().workers();
     if let Some(t) = req.threads {
         if t as usize != workers {
@@ -67,6 +125,8 @@ pub fn run(
         decode_tokens: req.decode_tokens.map_or(defaults.decode_tokens, |n| n as usize),
         mtp: req.mtp.map_or(defaults.mtp, |n| n as usize),
         concurrency: req.concurrency.map_or(1, |n| n.max(1) as usize),
+        rounds: req.rounds.map_or(defaults.rounds, |n| n.max(1) as usize),
+        draft_vocab: req.draft_vocab.map_or(defaults.draft_vocab, |n| n as usize),
         ..defaults
     };
     if opts.mtp > 0 && opts.concurrency > 1 {
@@ -98,10 +158,12 @@ pub fn run(
     }
     let now = || clock();
     let gbps = {
-        let mut buf = buffer(buffer_bytes)?;
+        let mut buf = buffer(setup.alloc, setup.buffer_bytes)?;
         bench::read_bandwidth(model.pool(), &mut buf, &now, opts.bandwidth_passes)
     };
-    let r = bench::run(model, gbps, &now, &opts, &mut |_line: String| {})
+    let vocab = model.config.vocab_size;
+    let prompt: Vec<u32> = setup.prompt.iter().copied().filter(|&t| (t as usize) < vocab).collect();
+    let r = bench::run_with_prompt(model, gbps, &now, &opts, Some(&prompt), &mut |_line| {})
         .map_err(|e| EngineError::Internal(format!("bench forward failed: {e}")))?;
     Ok(BenchReport {
         measured_read_gbps: r.measured_read_gbps,
@@ -131,18 +193,17 @@ pub fn run(
             mtp_draft_ms: m.draft_ms,
             mtp_best_drafts: u32::try_from(m.best_drafts).unwrap_or(u32::MAX),
             mtp_draft_vocab: u32::try_from(m.draft_vocab).unwrap_or(u32::MAX),
+            mtp_step_profile_ms: m.profile_ms.iter().map(|&(k, v)| (String::from(k), v)).collect(),
         }),
     })
 }
 
 /// The bandwidth buffer: `bytes` if the heap has them, else the largest
 /// halving of it down to [`MIN_BUFFER_BYTES`].
-fn buffer(bytes: usize) -> Result<Vec<u64>, EngineError> {
+fn buffer(alloc: BufferAlloc, bytes: usize) -> Result<Vec<u64>, EngineError> {
     let mut size = bytes.max(MIN_BUFFER_BYTES);
     loop {
-        let mut v: Vec<u64> = Vec::new();
-        if v.try_reserve_exact(size / 8).is_ok() {
-            v.resize(size / 8, 0);
+        if let Some(v) = alloc(size) {
             return Ok(v);
         }
         if size / 2 < MIN_BUFFER_BYTES {

@@ -1,4 +1,5 @@
-//! [`TokenizerCodec`]: `kore_service::Codec` over kore-tokenizer.
+//! [`TokenizerCodec`]: `kore_service::Codec` over kore-tokenizer (or, for a
+//! model directory without one, over token ids alone).
 //!
 //! The tokenizer is shared through an [`Arc`], so the streaming decoder the
 //! service keeps per request ([`OwnedDecoder`]) holds its own handle instead
@@ -10,26 +11,13 @@ use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use kore_service::{ChatMessage, Codec, Role, StreamDecode};
+use kore_service::{Codec, CodecError, Message, Role, StreamDecode};
 use kore_tokenizer::{ChatOptions, ChatTemplate, Tokenizer, Utf8Stream};
-
-/// Stop ids of a Qwen3.5 model: the config's end-of-sequence ids plus
-/// `<|im_end|>` and `<|endoftext|>` when the tokenizer has them, sorted,
-/// deduplicated and below `vocab_size` (the model's, which may be larger or
-/// smaller than the tokenizer's).
-pub fn default_stop_ids(tokenizer: &Tokenizer, eos_ids: &[u32], vocab_size: usize) -> Vec<u32> {
-    let mut ids = eos_ids.to_vec();
-    ids.extend(["<|im_end|>", "<|endoftext|>"].iter().filter_map(|t| tokenizer.token_to_id(t)));
-    ids.sort_unstable();
-    ids.dedup();
-    ids.retain(|&id| (id as usize) < vocab_size);
-    ids
-}
 
 /// The served model's tokenizer, chat template and stop ids.
 #[derive(Debug, Clone)]
 pub struct TokenizerCodec {
-    tokenizer: Arc<Tokenizer>,
+    tokenizer: Option<Arc<Tokenizer>>,
     /// The chat template, or why the tokenizer cannot render chats.
     template: Result<ChatTemplate, String>,
     stop_ids: Vec<u32>,
@@ -38,17 +26,24 @@ pub struct TokenizerCodec {
 
 impl TokenizerCodec {
     /// A codec over `tokenizer` whose generations end at `stop_ids` (see
-    /// [`default_stop_ids`]). A tokenizer without the Qwen3.5 chat tokens still
+    /// [`crate::stop_ids`]). A tokenizer without the Qwen3.5 chat tokens still
     /// serves raw prompts; chat requests then fail with a clear message.
     pub fn new(tokenizer: Arc<Tokenizer>, stop_ids: Vec<u32>) -> Self {
         let template = ChatTemplate::new(&tokenizer).map_err(|e| e.to_string());
         let think = tokenizer.token_to_id("<think>").zip(tokenizer.token_to_id("</think>"));
-        Self { tokenizer, template, stop_ids, think }
+        Self { tokenizer: Some(tokenizer), template, stop_ids, think }
     }
 
-    /// The shared tokenizer.
-    pub fn tokenizer(&self) -> &Arc<Tokenizer> {
-        &self.tokenizer
+    /// A codec for a model without a tokenizer: it serves `prompt_ids` only
+    /// (text prompts and chats are refused, saying so) and streams no text.
+    pub fn ids_only(stop_ids: Vec<u32>) -> Self {
+        let template = Err(String::from("the model has no tokenizer"));
+        Self { tokenizer: None, template, stop_ids, think: None }
+    }
+
+    /// The shared tokenizer, if the model has one.
+    pub fn tokenizer(&self) -> Option<&Arc<Tokenizer>> {
+        self.tokenizer.as_ref()
     }
 }
 
@@ -63,25 +58,33 @@ fn role(r: Role) -> kore_tokenizer::Role {
 impl Codec for TokenizerCodec {
     type Decoder = OwnedDecoder;
 
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        Ok(self.tokenizer.encode(text))
+    fn encode(&self, text: &str) -> Result<Vec<u32>, CodecError> {
+        let tokenizer = self.tokenizer.as_ref().ok_or_else(|| {
+            CodecError::Unsupported(String::from(
+                "the model has no tokenizer (no tokenizer.json), so text cannot be tokenized; \
+                 send token ids (`prompt_ids`, `--prompt-ids`)",
+            ))
+        })?;
+        Ok(tokenizer.encode(text))
     }
 
-    fn render_chat(&self, messages: &[ChatMessage], thinking: bool) -> Result<Vec<u32>, String> {
-        let template = self
-            .template
-            .as_ref()
-            .map_err(|e| format!("this model cannot chat ({e}); send a raw `prompt` instead"))?;
+    fn render_chat(&self, messages: &[Message], thinking: bool) -> Result<Vec<u32>, CodecError> {
+        let (Some(tokenizer), Ok(template)) = (&self.tokenizer, &self.template) else {
+            let why = self.template.as_ref().err().map_or("", String::as_str);
+            return Err(CodecError::Unsupported(format!(
+                "this model cannot chat ({why}); send a raw `prompt` or `prompt_ids` instead"
+            )));
+        };
         let msgs: Vec<kore_tokenizer::ChatMessage<'_>> = messages
             .iter()
             .map(|m| kore_tokenizer::ChatMessage::new(role(m.role), &m.content))
             .collect();
         let options = ChatOptions { add_generation_prompt: true, thinking };
-        template.render(&self.tokenizer, &msgs, options).map_err(|e| e.to_string())
+        template.render(tokenizer, &msgs, options).map_err(|e| CodecError::Failed(e.to_string()))
     }
 
     fn decoder(&self) -> OwnedDecoder {
-        OwnedDecoder::new(Arc::clone(&self.tokenizer))
+        OwnedDecoder { tokenizer: self.tokenizer.clone(), bytes: Utf8Stream::default() }
     }
 
     fn stop_ids(&self) -> &[u32] {
@@ -99,14 +102,14 @@ impl Codec for TokenizerCodec {
 /// `decode` keeps them; the service never pushes think markers or stop ids).
 #[derive(Debug)]
 pub struct OwnedDecoder {
-    tokenizer: Arc<Tokenizer>,
+    tokenizer: Option<Arc<Tokenizer>>,
     bytes: Utf8Stream,
 }
 
 impl OwnedDecoder {
     /// A decoder with nothing buffered.
     pub fn new(tokenizer: Arc<Tokenizer>) -> Self {
-        Self { tokenizer, bytes: Utf8Stream::default() }
+        Self { tokenizer: Some(tokenizer), bytes: Utf8Stream::default() }
     }
 }
 
@@ -114,7 +117,7 @@ impl StreamDecode for OwnedDecoder {
     fn push(&mut self, id: u32) -> String {
         // Ids past the tokenizer (a model vocabulary padded beyond it)
         // decode to nothing, as `Tokenizer::decode` does.
-        let bytes = self.tokenizer.token_bytes(id).unwrap_or_default();
+        let bytes = self.tokenizer.as_ref().and_then(|t| t.token_bytes(id)).unwrap_or_default();
         self.bytes.push(bytes).unwrap_or_default()
     }
 

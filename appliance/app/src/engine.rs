@@ -39,7 +39,7 @@ use kore_service::{
     BenchReport, BenchRequest, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut,
 };
 
-use crate::bench::{self, NsClock};
+use crate::bench::{self, BufferAlloc, NsClock};
 use crate::seq::{Phase, Seq};
 use crate::sessions::{Checkpoint, Sessions};
 
@@ -69,8 +69,7 @@ pub struct ModelEngine<'m> {
     stop_ids: Vec<u32>,
     context_limit: u32,
     default_mtp: u32,
-    clock: Option<NsClock>,
-    bench_bytes: usize,
+    bench: bench::Setup,
 }
 
 impl fmt::Debug for ModelEngine<'_> {
@@ -103,8 +102,7 @@ impl<'m> ModelEngine<'m> {
             stop_ids,
             context_limit: limit,
             default_mtp: 0,
-            clock: bench::default_clock(),
-            bench_bytes: bench::DEFAULT_BUFFER_BYTES,
+            bench: bench::Setup::default(),
         }
     }
 
@@ -169,15 +167,33 @@ impl<'m> ModelEngine<'m> {
     /// With feature `std` the default is `std::time::Instant`; without it
     /// there is none and bench answers `unsupported` until one is set.
     pub fn with_clock(mut self, clock: NsClock) -> Self {
-        self.clock = Some(clock);
+        self.bench.clock = Some(clock);
         self
     }
 
     /// Bytes of the benchmark's read-bandwidth buffer (default 1 GiB, as
     /// `kore-launch bench --native`; halved while the allocation fails).
     pub fn with_bench_buffer(mut self, bytes: usize) -> Self {
-        self.bench_bytes = bytes;
+        self.bench.buffer_bytes = bytes;
         self
+    }
+
+    /// How the benchmark allocates its read-bandwidth buffer.
+    pub fn with_bench_alloc(mut self, alloc: BufferAlloc) -> Self {
+        self.bench.alloc = alloc;
+        self
+    }
+
+    /// The benchmark prompt's ids (cycled to its length; ids outside the
+    /// vocabulary are dropped); empty: `kore_engine::bench::prompt`.
+    pub fn with_bench_prompt(mut self, ids: Vec<u32>) -> Self {
+        self.bench.prompt = ids;
+        self
+    }
+
+    /// The ids that end a generation.
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.stop_ids
     }
 
     /// The served model.
@@ -386,12 +402,7 @@ impl Engine for ModelEngine<'_> {
                 "engine: bench while requests are running (finish was not called)",
             )));
         }
-        let clock = self.clock.ok_or_else(|| {
-            EngineError::Unsupported(String::from(
-                "this engine has no clock to measure with (ModelEngine::with_clock)",
-            ))
-        })?;
-        bench::run(self.model, clock, self.bench_bytes, request)
+        bench::run(self.model, &self.bench, request)
     }
 }
 

@@ -16,17 +16,21 @@
 //!   thinking on/off, stop ids) with [`OwnedDecoder`], a streaming decoder that
 //!   owns a reference-counted handle to the tokenizer instead of borrowing it.
 //!
-//! A service is then `Service::new(engine, codec, clock, config)` with the
-//! transport's clock (TSC in the guest, `StdClock` on the host).
+//! [`assemble`] is the one place that builds the service from a model, its
+//! tokenizer and [`Settings`] (the guest image and the launcher's in-process
+//! placement both call [`service`]), with the transport's clock (TSC in the
+//! guest, `StdClock` on the host).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
 extern crate alloc;
 
+pub mod assemble;
 pub mod bench;
 pub mod codec;
 pub mod engine;
 mod seq;
 mod sessions;
 
-pub use codec::{default_stop_ids, OwnedDecoder, TokenizerCodec};
+pub use assemble::{service, stop_ids, Settings};
+pub use codec::{OwnedDecoder, TokenizerCodec};
 pub use engine::ModelEngine;

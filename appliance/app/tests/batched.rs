@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use kore_appliance::{default_stop_ids, ModelEngine, TokenizerCodec};
+use kore_appliance::{stop_ids, ModelEngine, TokenizerCodec};
 use kore_engine::hf::HfModelDir;
 use kore_engine::simd::{self, Path};
 use kore_engine::Model;
@@ -57,7 +57,7 @@ fn run_with(
     kv_tokens: Option<usize>,
 ) -> (Vec<(String, Value, Value)>, usize) {
     let tok = Arc::new(Tokenizer::from_file(tiny_dir().join("tokenizer.json")).unwrap());
-    let stops = default_stop_ids(&tok, &model.config.eos_token_ids, model.config.vocab_size);
+    let stops = stop_ids(Some(&*tok), &model.config.eos_token_ids, None, model.config.vocab_size);
     let mut engine = ModelEngine::new(model, "tiny", stops.clone())
         .with_max_sequences(max)
         .with_prefill_chunk(chunk);

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kore_appliance::{default_stop_ids, ModelEngine, OwnedDecoder, TokenizerCodec};
+use kore_appliance::{stop_ids, ModelEngine, OwnedDecoder, TokenizerCodec};
 use kore_engine::hf::HfModelDir;
 use kore_engine::{generate, GenerateOptions, Model, SamplingParams, StopReason};
 use kore_service::host::StdClock;
@@ -28,7 +28,7 @@ fn tokenizer() -> Arc<Tokenizer> {
 fn service<'m>(model: &'m Model<'m>, stops: Option<Vec<u32>>, limit: Option<u32>) -> Svc<'m> {
     let tok = tokenizer();
     let stops = stops.unwrap_or_else(|| {
-        default_stop_ids(&tok, &model.config.eos_token_ids, model.config.vocab_size)
+        stop_ids(Some(&*tok), &model.config.eos_token_ids, None, model.config.vocab_size)
     });
     let mut engine = ModelEngine::new(model, "tiny", stops.clone());
     if let Some(l) = limit {
@@ -92,7 +92,7 @@ fn greedy_tokens_equal_engine_generate() {
     let text = "ROMEO:\nBut soft, what light";
     let prompt = tok.encode(text);
     let stops = svc.engine().model().config.eos_token_ids.clone();
-    let all_stops = default_stop_ids(&tok, &stops, 4096);
+    let all_stops = stop_ids(Some(&*tok), &stops, None, 4096);
     let (want, why) =
         reference(svc.engine().model(), &prompt, 40, &all_stops, SamplingParams::greedy());
     let events = exchange(
@@ -239,7 +239,7 @@ fn chat_renders_the_template_with_thinking_on_and_off() {
     let tok = tokenizer();
     let template = kore_tokenizer::ChatTemplate::new(&tok).expect("Qwen3.5 chat tokens");
     let msgs = [kore_tokenizer::ChatMessage::new(kore_tokenizer::Role::User, "Speak, Horatio.")];
-    let stops = default_stop_ids(&tok, &model.config.eos_token_ids, 4096);
+    let stops = stop_ids(Some(&*tok), &model.config.eos_token_ids, None, 4096);
     let mut want = Vec::new();
     for thinking in [true, false] {
         let opts = kore_tokenizer::ChatOptions { add_generation_prompt: true, thinking };
@@ -392,7 +392,7 @@ fn bench_op_reports_kore_engine_bench_figures() {
     let hf = HfModelDir::open(&tiny_dir()).expect("tiny-hf");
     let model = hf.model().expect("model");
     let tok = tokenizer();
-    let stops = default_stop_ids(&tok, &model.config.eos_token_ids, 4096);
+    let stops = stop_ids(Some(&*tok), &model.config.eos_token_ids, None, 4096);
     let engine = ModelEngine::new(&model, "tiny", stops.clone()).with_bench_buffer(64 << 20);
     let mut svc =
         Service::new(engine, TokenizerCodec::new(tok, stops), StdClock::new(), Config::default());
@@ -405,7 +405,7 @@ fn bench_op_reports_kore_engine_bench_figures() {
         ],
     );
     let b = &events.iter().find(|e| e["id"] == json!(1)).expect("bench 1")["bench"];
-    for k in kore_service::engine::BENCH_POSITIVE_FIELDS {
+    for k in kore_service::protocol::BENCH_POSITIVE_FIELDS {
         assert!(b[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {b}");
     }
     assert_eq!(b["weight_bytes_per_step"].as_f64().unwrap(), model.weight_bytes_per_token() as f64);

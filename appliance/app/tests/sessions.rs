@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kore_appliance::{default_stop_ids, ModelEngine, TokenizerCodec};
+use kore_appliance::{stop_ids, ModelEngine, TokenizerCodec};
 use kore_engine::hf::HfModelDir;
 use kore_engine::Model;
 use kore_service::host::StdClock;
@@ -30,7 +30,7 @@ fn service<'m>(model: &'m Model<'m>, budget: Option<usize>) -> Svc<'m> {
 
 fn service_in<'m>(dir: &std::path::Path, model: &'m Model<'m>, budget: Option<usize>) -> Svc<'m> {
     let tok = Arc::new(Tokenizer::from_file(dir.join("tokenizer.json")).unwrap());
-    let stops = default_stop_ids(&tok, &model.config.eos_token_ids, model.config.vocab_size);
+    let stops = stop_ids(Some(&*tok), &model.config.eos_token_ids, None, model.config.vocab_size);
     let mut engine = ModelEngine::new(model, "tiny", stops.clone());
     if let Some(b) = budget {
         engine = engine.with_session_budget(b);

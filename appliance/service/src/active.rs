@@ -5,9 +5,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::emit::Emitter;
-use crate::request::Id;
-use crate::response::Stats;
 use crate::service::ConnId;
+use kore_protocol::{Id, Stats};
 
 /// A request being generated.
 #[derive(Debug)]

@@ -5,35 +5,16 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-/// Author of one chat message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Instructions for the assistant.
-    System,
-    /// The person chatting.
-    User,
-    /// An earlier answer of the model.
-    Assistant,
-}
+use kore_protocol::Message;
 
-impl Role {
-    /// The role's wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        }
-    }
-}
-
-/// One message of a chat request.
+/// Why the codec cannot turn a request into tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatMessage {
-    /// Who wrote it.
-    pub role: Role,
-    /// What was written (plain text; special-token text is not special here).
-    pub content: String,
+pub enum CodecError {
+    /// This model cannot serve such a request (no tokenizer, no chat
+    /// template): answered `bad_request`, the message says what to send.
+    Unsupported(String),
+    /// The tokenizer failed on this input: answered `internal`.
+    Failed(String),
 }
 
 /// Incremental detokenizer: text comes out as soon as it forms complete UTF-8.
@@ -51,12 +32,12 @@ pub trait Codec {
 
     /// Encodes a raw prompt as `tokenizers`' `encode(text)` would (special
     /// tokens written in the text are recognised).
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+    fn encode(&self, text: &str) -> Result<Vec<u32>, CodecError>;
 
     /// Renders `messages` with the chat template plus the assistant generation
     /// prompt, with thinking on or off; special tokens come only from the
     /// template, never from message text.
-    fn render_chat(&self, messages: &[ChatMessage], thinking: bool) -> Result<Vec<u32>, String>;
+    fn render_chat(&self, messages: &[Message], thinking: bool) -> Result<Vec<u32>, CodecError>;
 
     /// A fresh streaming decoder.
     fn decoder(&self) -> Self::Decoder;

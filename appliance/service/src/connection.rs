@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use serde::Serialize;
 
 use crate::framing::{Frame, LineFramer};
-use crate::response::write_line;
+use kore_protocol::write_line;
 
 /// Lifecycle of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::codec::StreamDecode;
-use crate::response::Phase;
+use kore_protocol::Phase;
 
 /// How a request's output is presented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

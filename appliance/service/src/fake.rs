@@ -11,10 +11,11 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::cell::Cell;
 
-use crate::codec::{ChatMessage, Codec, StreamDecode};
+use crate::codec::{Codec, CodecError, StreamDecode};
 use crate::engine::{
     BenchReport, BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut,
 };
+use kore_protocol::Message;
 
 /// `<|endoftext|>`.
 pub const END_OF_TEXT: u32 = 256;
@@ -51,7 +52,7 @@ impl FakeCodec {
 impl Codec for FakeCodec {
     type Decoder = FakeDecoder;
 
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, CodecError> {
         let mut out = Vec::new();
         let mut rest = text;
         'outer: while !rest.is_empty() {
@@ -69,7 +70,7 @@ impl Codec for FakeCodec {
         Ok(out)
     }
 
-    fn render_chat(&self, messages: &[ChatMessage], thinking: bool) -> Result<Vec<u32>, String> {
+    fn render_chat(&self, messages: &[Message], thinking: bool) -> Result<Vec<u32>, CodecError> {
         let mut out = Vec::new();
         for m in messages {
             out.push(IM_START);

@@ -8,7 +8,8 @@
 //! [`Service::has_work`] is true; each poll runs at most one engine step, so
 //! I/O and cancellations interleave with generation. The engine, tokenizer
 //! and clock come in through the [`Engine`], [`Codec`] and [`Clock`] traits.
-//! The wire format is documented in `docs/protocol.md`.
+//! The wire format is documented in `docs/protocol.md`; its types are
+//! crate `kore-protocol`'s.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
 extern crate alloc;
@@ -24,14 +25,13 @@ pub mod framing;
 pub mod fuzz;
 #[cfg(feature = "std")]
 pub mod host;
-pub mod request;
-pub mod response;
 pub mod service;
 
-pub use codec::{ChatMessage, Codec, Role, StreamDecode};
-pub use engine::{
-    BenchReport, BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams, MtpBench, SeqId,
-    StepOut,
+pub use codec::{Codec, CodecError, StreamDecode};
+pub use engine::{Clock, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut};
+/// The wire types this service speaks (crate `kore-protocol`).
+pub use kore_protocol as protocol;
+pub use kore_protocol::{
+    BenchReport, BenchRequest, ErrorCode, Message, MtpBench, Role, PROTOCOL_VERSION,
 };
-pub use request::ErrorCode;
-pub use service::{Config, ConnId, Service, PROTOCOL_VERSION};
+pub use service::{Config, ConnId, Service};

@@ -22,13 +22,10 @@ use crate::engine::{
     BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut,
 };
 use crate::framing::Frame;
-use crate::request::{parse_line, ErrorCode, Id, Request};
-use crate::response::{
-    BenchEvent, DeltaEvent, DoneEvent, ErrorBody, ErrorEvent, Finish, InfoBody, InfoEvent, Stats,
+use kore_protocol::{
+    parse_line, BenchEvent, DeltaEvent, DoneEvent, ErrorBody, ErrorCode, ErrorEvent, Finish, Id,
+    InfoBody, InfoEvent, Request, Stats, PROTOCOL_VERSION,
 };
-
-/// Protocol revision documented in `docs/protocol.md`.
-pub const PROTOCOL_VERSION: u32 = 1;
 
 /// Limits of a service instance.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -135,8 +135,8 @@ trait PromptLen {
 
 impl PromptLen for FakeCodec {
     fn render_chat_for_test(&self, user: &str, thinking: bool) -> usize {
-        use kore_service::{ChatMessage, Codec, Role};
-        let m = [ChatMessage { role: Role::User, content: user.into() }];
+        use kore_service::{Codec, Message, Role};
+        let m = [Message::new(Role::User, user)];
         self.render_chat(&m, thinking).unwrap().len()
     }
 }

@@ -136,31 +136,24 @@ fn serve_vsock<'m>(
     port: u32,
     cmd: &Cmdline,
 ) -> u32 {
-    use alloc::sync::Arc;
-    let tokenizer = Arc::new(tokenizer);
-    let stops = kore_appliance::default_stop_ids(
-        &tokenizer,
-        &model.config.eos_token_ids,
-        model.config.vocab_size,
-    );
-    // `{"op":"bench"}` measures with the TSC clock, like `bench=N`.
-    let mut engine =
-        kore_appliance::ModelEngine::new(model, pack.manifest.name.clone(), stops.clone())
-            .with_clock(clock::now_ns);
     // Guest memory is sized by kore-launch (host::sizing) for these: the context limit, the KV
     // positions the running sequences share (requests beyond wait in the queue), kept sessions.
-    if let Some(limit) = cmd.context {
-        engine = engine.with_context_limit(limit);
-    }
-    if let Some(tokens) = cmd.kv_tokens {
-        engine = engine.with_kv_token_budget(tokens);
-    }
-    if let Some(mib) = cmd.sessions_mib {
-        engine = engine.with_session_budget(mib << 20);
-    }
-    let codec = kore_appliance::TokenizerCodec::new(tokenizer, stops);
-    let mut svc =
-        kore_service::Service::new(engine, codec, serve::TscClock, kore_service::Config::default());
+    let settings = kore_appliance::Settings {
+        name: pack.manifest.name.clone(),
+        eos_token: pack.manifest.eos_token.clone(),
+        context: cmd.context,
+        kv_tokens: cmd.kv_tokens,
+        session_bytes: cmd.sessions_mib.map(|mib| mib << 20),
+        // `{"op":"bench"}` measures with the TSC clock, like `bench=N`.
+        bench_clock: Some(clock::now_ns),
+        ..kore_appliance::Settings::default()
+    };
+    let mut svc = kore_appliance::service(
+        model,
+        Some(alloc::sync::Arc::new(tokenizer)),
+        &settings,
+        serve::TscClock,
+    );
     let mut dev = match kore_rt::vsock::open() {
         Ok(d) => d,
         Err(e) => {

@@ -16,7 +16,6 @@
 // (helper ux); not every item has a caller in every build.
 #![allow(dead_code)]
 
-pub mod bench;
 pub mod images;
 pub mod import;
 pub mod native;
@@ -74,13 +73,13 @@ impl Appliance {
     /// The service in-process over the model at `model` (pack or Hugging Face
     /// directory); returns once the model is loaded.
     pub fn native(model: &Path) -> Result<Appliance> {
-        Self::native_with_context(model, None)
+        Self::native_with(model, &native::NativeOptions::default())
     }
 
-    /// [`Appliance::native`] with the engine's context limited to `context`
-    /// tokens (the configured `context`; never above the model's own).
-    pub fn native_with_context(model: &Path, context: Option<u64>) -> Result<Appliance> {
-        Ok(Appliance { kind: Kind::Native(native::spawn(model, context)?), own_dir: None })
+    /// [`Appliance::native`] with the engine's context limit (the configured
+    /// `context`; never above the model's own) and thread count.
+    pub fn native_with(model: &Path, opts: &native::NativeOptions) -> Result<Appliance> {
+        Ok(Appliance { kind: Kind::Native(native::spawn(model, opts)?), own_dir: None })
     }
 
     /// An appliance over a service already running on a thread of this process (the fuzz
@@ -144,7 +143,11 @@ impl Appliance {
         // The default pack is searched for (cwd up, the executable's checkout).
         let path = crate::model::effective_path(&settings)?;
         if native || std::env::var("KORE_APPLIANCE").is_ok_and(|v| v == "native") {
-            return Ok((Appliance::native_with_context(&path, Some(settings.context))?, path));
+            let opts = native::NativeOptions {
+                context: Some(settings.context),
+                threads: overrides.vcpus.map(|n| n as usize),
+            };
+            return Ok((Appliance::native_with(&path, &opts)?, path));
         }
         // The guest boots packs: a Hugging Face directory is imported first.
         let path = match import::is_hf_dir(&path) {
@@ -153,7 +156,7 @@ impl Appliance {
         };
         if attach && Appliance::is_running(&settings.runtime_dir) {
             let attached = Appliance::attach(&settings.runtime_dir)?;
-            let serves = attached.client()?.info()?["model"].as_str().map(str::to_owned);
+            let serves = Some(attached.client()?.info()?.model);
             let wanted = native::model_name(&path);
             if settings.model_is_default || serves.as_deref() == Some(wanted.as_str()) {
                 tracing::info!("attaching to the appliance in {}", settings.runtime_dir.display());
@@ -343,8 +346,7 @@ fn guest_cmdline(b: &crate::host::sizing::Budget) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::Event;
-    use serde_json::json;
+    use kore_protocol::{Event, Finish, GenerateRequest, Id, Request};
 
     fn tiny_hf() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../model-packs/tiny-hf")
@@ -357,18 +359,20 @@ mod tests {
         assert!(a.boot_report().is_none());
         let mut c = a.client().unwrap();
         let info = c.info().unwrap();
-        assert_eq!(info["model"], "tiny-hf");
-        assert_eq!(info["context_limit"], 4096);
+        assert_eq!((info.model.as_str(), info.context_limit), ("tiny-hf", 4096));
         // A second connection works while the first one is open.
         let mut c2 = a.client().unwrap();
-        let done = c2.generate(json!({"prompt": "ROMEO:", "max_tokens": 5}), |_| {}).unwrap();
-        assert_eq!(done.token_ids.len(), 5);
-        assert_eq!(done.finish, "length");
+        let mut req = GenerateRequest::completion("ROMEO:");
+        req.max_tokens = Some(5);
+        let done = c2.generate(req, |_| {}).unwrap();
+        assert_eq!((done.token_ids.len(), done.finish), (5, Finish::Length));
         // A cancelled request ends with "cancelled".
-        c.send(&json!({"id": "c", "prompt": "JULIET:", "max_tokens": 4000})).unwrap();
-        c.cancel(&json!("c")).unwrap();
-        match c.wait(&json!("c"), |_| {}).unwrap() {
-            Event::Done(d) => assert_eq!(d.finish, "cancelled"),
+        let mut req = GenerateRequest::completion("JULIET:");
+        (req.id, req.max_tokens) = (Id::from("c"), Some(4000));
+        c.send(&Request::Generate(req)).unwrap();
+        c.send(&Request::Cancel(Id::from("c"))).unwrap();
+        match c.wait(&Id::from("c"), |_| {}).unwrap() {
+            Event::Done(d) => assert_eq!(d.finish, Finish::Cancelled),
             other => panic!("{other:?}"),
         }
         a.shutdown();

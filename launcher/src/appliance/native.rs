@@ -1,24 +1,31 @@
 //! The in-process appliance: kore-service with the kore-appliance adapters
 //! on a thread of this process, reached through in-memory pipes. Same
-//! protocol code, same engine adapters as the guest; only the transport and
-//! the clock differ.
+//! protocol code, same assembly (`kore_appliance::service`) as the guest;
+//! only the transport, the clock and the thread pool differ.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use kore_appliance::{ModelEngine, TokenizerCodec};
 use kore_service::host::{ServiceHandle, StdClock};
-use kore_service::{Config, Service};
 
 use crate::error::{LaunchError, Result};
 use crate::model;
 
+/// What the in-process appliance is started with besides its model.
+#[derive(Debug, Clone, Default)]
+pub struct NativeOptions {
+    /// The engine's context limit (prompt + generated tokens).
+    pub context: Option<u64>,
+    /// Worker threads of the engine's pool (default: every core).
+    pub threads: Option<usize>,
+}
+
 /// Starts the service thread for the model at `path` and waits until the
 /// model is loaded (its errors come back here, not as a dead connection).
-/// `context` limits the engine's context (prompt + generated tokens).
-pub fn spawn(path: &Path, context: Option<u64>) -> Result<ServiceHandle> {
+pub fn spawn(path: &Path, opts: &NativeOptions) -> Result<ServiceHandle> {
     let path: PathBuf = path.to_path_buf();
+    let opts = opts.clone();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
     let handle = ServiceHandle::spawn_with(move |runner| {
         // Everything the model borrows lives on this thread's stack.
@@ -26,37 +33,37 @@ pub fn spawn(path: &Path, context: Option<u64>) -> Result<ServiceHandle> {
             Ok(f) => f,
             Err(e) => return drop(ready_tx.send(Err(e))),
         };
-        let Some(tokenizer) = files.tokenizer.take() else {
-            let e = LaunchError::Model(format!(
-                "{}: no tokenizer.json; the appliance needs the model's tokenizer",
-                path.display()
-            ));
-            return drop(ready_tx.send(Err(e)));
+        // Without one (a bare reference checkpoint) the service takes token ids only.
+        let tokenizer = files.tokenizer.take().map(Arc::new);
+        // Rows of every matrix product split across the pool (bit-identical to one thread).
+        let pool = match opts.threads {
+            Some(n) => kore_engine::pool::ThreadPool::new(n),
+            None => kore_engine::pool::ThreadPool::with_all_cores(),
         };
-        // Rows of every matrix product split across all cores, as `generate --native`.
-        let pool = kore_engine::pool::ThreadPool::with_all_cores();
         let mut model = match files.model() {
             Ok(m) => m,
             Err(e) => return drop(ready_tx.send(Err(e))),
         };
         model.set_pool(&pool);
-        let name = model_name(&path);
-        let stops = files.stop_tokens.clone();
-        let mut engine = ModelEngine::new(&model, name, stops.clone());
-        if let Some(limit) = context {
-            engine = engine.with_context_limit(u32::try_from(limit).unwrap_or(u32::MAX));
-        }
-        let codec = TokenizerCodec::new(Arc::new(tokenizer), stops);
-        let service = Service::new(engine, codec, StdClock::new(), Config::default());
+        tracing::info!(model = %path.display(), weights = %files.residency(), "model loaded");
+        let settings = kore_appliance::Settings {
+            name: model_name(&path),
+            eos_token: files.eos_token.clone(),
+            extra_eos_ids: files.extra_eos_ids.clone(),
+            context: opts.context.map(|c| u32::try_from(c).unwrap_or(u32::MAX)),
+            bench_alloc: Some(crate::cmd::bench::hugepage_buffer),
+            ..kore_appliance::Settings::default()
+        };
+        let service = kore_appliance::service(&model, tokenizer, &settings, StdClock::new());
         let _ = ready_tx.send(Ok(()));
         runner.run(service);
     })
-    .map_err(|e| LaunchError::Other(format!("cannot start the service thread: {e}")))?;
+    .map_err(|source| LaunchError::Start { what: "the service thread", source })?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(handle),
         Ok(Err(e)) => Err(e),
         Err(_) => {
-            Err(LaunchError::Other("the service thread stopped while loading the model".into()))
+            Err(LaunchError::Model("the service thread stopped while loading the model".into()))
         }
     }
 }

@@ -21,10 +21,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{json, Map, Value};
+use kore_protocol::{DoneEvent, ErrorCode, Event, GenerateRequest, Id, Request, Stats};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
-use super::session::{self, Conn, Event, Placement};
+use super::session::{self, Placement};
 use crate::cli::BatchArgs;
+use crate::client::{ClientError, EventChannel, Requests};
 use crate::error::{LaunchError, Result};
 
 /// Requests the service queues at most (protocol: 64 waiting + 1 running).
@@ -43,8 +46,27 @@ struct Job {
 
 #[derive(Debug)]
 enum Work {
-    Request(Map<String, Value>),
+    Request(Box<GenerateRequest>),
     Row(Value),
+}
+
+/// The part of an output row that names its line and says whether it failed.
+#[derive(Debug, Deserialize)]
+struct RowKey {
+    id: Option<Value>,
+    line: Option<Value>,
+    error: Option<serde::de::IgnoredAny>,
+}
+
+/// A row's answer: the `done` event's fields a row keeps.
+#[derive(Debug, Serialize)]
+struct Answer<'a> {
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<&'a str>,
+    token_ids: &'a [u32],
+    finish: kore_protocol::Finish,
+    stats: &'a Stats,
 }
 
 /// Runs `batch`.
@@ -57,16 +79,24 @@ pub fn run(args: BatchArgs) -> Result<()> {
     let pending = jobs.iter().filter(|j| matches!(j.work, Work::Request(_))).count();
     let mut out = Output::create(&args.output)?;
     let bar = progress_bar(jobs.len() as u64);
-    let bad =
-        jobs.iter().filter(|j| matches!(&j.work, Work::Row(r) if r.get("error").is_some())).count();
+    let bad = jobs.iter().filter(|j| matches!(&j.work, Work::Row(r) if is_error_row(r))).count();
     let mut summary = Summary { reused, errors: bad, ..Summary::default() };
     if pending == 0 {
         write_rows(&jobs, &mut 0, &mut out, &bar)?;
     } else {
         let backend = session::open(&Placement { native: args.native, model: args.model.clone() })?;
-        let res = backend.connect().and_then(|conn| {
-            let mut runner =
-                Runner { conn, jobs: &mut jobs, out: &mut out, bar: &bar, summary: &mut summary };
+        let res = backend.connect().and_then(|client| {
+            let (events, requests) = client.into_split();
+            let events = events
+                .spawn_reader()
+                .map_err(|source| LaunchError::Start { what: "a reader", source })?;
+            let mut runner = Runner {
+                conn: (requests, events),
+                jobs: &mut jobs,
+                out: &mut out,
+                bar: &bar,
+                summary: &mut summary,
+            };
             runner.run(args.concurrency.clamp(1, MAX_CONCURRENCY))
         });
         let stopped = backend.shutdown();
@@ -149,11 +179,21 @@ fn parse_jobs(lines: &[String], args: &BatchArgs) -> Vec<Job> {
         let work = match parsed {
             Ok(Value::Object(mut obj)) => {
                 obj.remove("id");
-                add_defaults(&mut obj, args);
-                Work::Request(obj)
+                if obj.get("op").is_some_and(|op| op == "generate") {
+                    obj.remove("op");
+                }
+                match kore_protocol::request::generate_from_object(obj) {
+                    Ok(mut req) => {
+                        add_defaults(&mut req, args);
+                        Work::Request(Box::new(req))
+                    }
+                    Err(msg) => Work::Row(error_row(&name, ErrorCode::BadRequest, &msg)),
+                }
             }
-            Ok(_) => Work::Row(error_row(&name, "bad_json", "the line is not a JSON object")),
-            Err(msg) => Work::Row(error_row(&name, "bad_json", &msg)),
+            Ok(_) => {
+                Work::Row(error_row(&name, ErrorCode::BadJson, "the line is not a JSON object"))
+            }
+            Err(msg) => Work::Row(error_row(&name, ErrorCode::BadJson, &msg)),
         };
         jobs.push(Job { name, key, work });
     }
@@ -161,29 +201,36 @@ fn parse_jobs(lines: &[String], args: &BatchArgs) -> Vec<Job> {
 }
 
 /// Command-line sampling flags apply to lines that do not set them.
-fn add_defaults(obj: &mut Map<String, Value>, args: &BatchArgs) {
-    let mut defaults = Map::new();
-    session::add_sampling(&mut defaults, &args.sampling);
-    if let Some(t) = args.thinking {
-        if obj.contains_key("messages") {
-            defaults.insert("thinking".into(), (t == crate::cli::OnOff::On).into());
-        }
-    }
-    for (k, v) in defaults {
-        obj.entry(k).or_insert(v);
+fn add_defaults(req: &mut GenerateRequest, args: &BatchArgs) {
+    session::add_sampling(req, &args.sampling);
+    if req.messages.is_some() && req.thinking.is_none() {
+        req.thinking = args.thinking.map(|t| t == crate::cli::OnOff::On);
     }
 }
 
-fn error_row(name: &(String, Value), code: &str, message: &str) -> Value {
+/// A row naming its line and holding `fields`.
+fn row(name: &(String, Value), fields: Value) -> Value {
     let mut row = Map::new();
     row.insert(name.0.clone(), name.1.clone());
-    row.insert("error".into(), json!({"code": code, "message": message}));
+    if let Value::Object(fields) = fields {
+        row.extend(fields);
+    }
     Value::Object(row)
 }
 
-/// The key of an output row (its name plus occurrence), as for jobs.
-fn row_base(row: &Value) -> Option<String> {
-    let (k, v) = match (row.get("id"), row.get("line")) {
+fn error_row(name: &(String, Value), code: ErrorCode, message: &str) -> Value {
+    let body = kore_protocol::ErrorBody { code, message: message.into() };
+    row(name, serde_json::json!({ "error": body }))
+}
+
+fn is_error_row(row: &Value) -> bool {
+    RowKey::deserialize(row).is_ok_and(|k| k.error.is_some())
+}
+
+/// The key of an output row (its name plus occurrence), as for jobs, and
+/// whether it is an error row.
+fn row_base(key: &RowKey) -> Option<String> {
+    let (k, v) = match (&key.id, &key.line) {
         (Some(id), _) => ("id", id),
         (None, Some(line)) => ("line", line),
         _ => return None,
@@ -202,10 +249,11 @@ fn reuse_previous(out: &Path, jobs: &mut [Job]) -> Result<usize> {
                 .map_err(|source| LaunchError::Io { path: path.display().to_string(), source })?;
             // A torn last line (interrupted write) is simply not reused.
             let Ok(row) = serde_json::from_str::<Value>(&line) else { continue };
-            let Some(base) = row_base(&row) else { continue };
+            let Ok(key) = RowKey::deserialize(&row) else { continue };
+            let Some(base) = row_base(&key) else { continue };
             let n = seen.entry(base.clone()).or_insert(0);
             *n += 1;
-            if row.get("error").is_none() {
+            if key.error.is_none() {
                 answered.entry(format!("{base}#{n}")).or_insert(row);
             }
         }
@@ -295,7 +343,7 @@ fn write_rows(jobs: &[Job], next: &mut usize, out: &mut Output, bar: &ProgressBa
 
 /// Keeps up to `concurrency` requests in flight on one connection.
 struct Runner<'a> {
-    conn: Conn,
+    conn: (Requests, EventChannel),
     jobs: &'a mut Vec<Job>,
     out: &'a mut Output,
     bar: &'a ProgressBar,
@@ -330,26 +378,28 @@ impl Runner<'_> {
             let mut requests = Vec::new();
             while f.in_flight < concurrency && f.retry_at.is_none_or(|t| Instant::now() >= t) {
                 let Some(i) = f.waiting.pop_front() else { break };
-                let Work::Request(obj) = &self.jobs[i].work else { continue };
-                let mut req = obj.clone();
-                req.insert("id".into(), Value::from(i as u64));
-                requests.push(Value::Object(req));
+                let Work::Request(req) = &self.jobs[i].work else { continue };
+                let mut req = GenerateRequest::clone(req);
+                req.id = Id::from(i as u64);
+                requests.push(Request::Generate(req));
                 f.in_flight += 1;
                 f.retry_at = None;
             }
             if !requests.is_empty() {
-                self.conn.send_all(&requests)?;
+                self.conn.0.send_all(&requests)?;
             }
             write_rows(self.jobs, &mut next_row, self.out, self.bar)?;
             if f.in_flight == 0 && f.waiting.is_empty() {
                 return Ok(());
             }
-            let Some(mut ev) = self.conn.next_timeout(Duration::from_millis(200)) else { continue };
+            let Some(mut ev) = self.conn.1.next_timeout(Duration::from_millis(200)) else {
+                continue;
+            };
             let until = Instant::now() + 10 * SETTLE;
             loop {
-                self.absorb(ev, &mut f)?;
+                self.absorb(ev?, &mut f)?;
                 let more =
-                    if Instant::now() < until { self.conn.next_timeout(SETTLE) } else { None };
+                    if Instant::now() < until { self.conn.1.next_timeout(SETTLE) } else { None };
                 let Some(more) = more else { break };
                 ev = more;
             }
@@ -358,24 +408,22 @@ impl Runner<'_> {
 
     /// Takes one event: an answer becomes its row, an `overloaded` refusal
     /// goes back to the queue.
-    fn absorb(&mut self, ev: Event, f: &mut Flight) -> Result<()> {
+    fn absorb(&mut self, ev: kore_protocol::Event<'static>, f: &mut Flight) -> Result<()> {
         let (i, row) = match ev {
-            Event::Delta { .. } | Event::Info { .. } => return Ok(()),
-            Event::Closed(why) => return Err(LaunchError::Other(why)),
-            Event::Done { id, body } => {
-                let Some(i) = self.index(&id) else { return Ok(()) };
+            Event::Delta(_) | Event::Info(_) | Event::Bench(_) => return Ok(()),
+            Event::Done(done) => {
+                let Some(i) = self.index(&done.id) else { return Ok(()) };
                 self.summary.answered += 1;
-                let tokens = body["stats"]["generated_tokens"].as_u64().unwrap_or(0);
-                self.summary.tokens += tokens;
-                (i, self.result_row(i, body))
+                self.summary.tokens += u64::from(done.stats.generated_tokens);
+                (i, self.result_row(i, &done))
             }
-            Event::Error { id, code, message } => {
-                let Some(i) = self.index(&id) else {
-                    return Err(LaunchError::Other(format!(
-                        "the appliance refused a request ({code}): {message}"
-                    )));
+            Event::Error(e) => {
+                let (code, message) = (e.error.code, e.error.message.into_owned());
+                let Some(i) = self.index(&e.id) else {
+                    let id = e.id.into_owned();
+                    return Err(ClientError::Refused { id, code, message }.into());
                 };
-                if code == "overloaded" {
+                if code == ErrorCode::Overloaded {
                     // Another client filled the queue: send it again shortly.
                     f.waiting.push_front(i);
                     f.in_flight -= 1;
@@ -383,7 +431,7 @@ impl Runner<'_> {
                     return Ok(());
                 }
                 self.summary.errors += 1;
-                (i, error_row(&self.jobs[i].name, &code, &message))
+                (i, error_row(&self.jobs[i].name, code, &message))
             }
         };
         self.jobs[i].work = Work::Row(row);
@@ -393,19 +441,18 @@ impl Runner<'_> {
         Ok(())
     }
 
-    fn index(&self, id: &Value) -> Option<usize> {
-        id.as_u64().map(|i| i as usize).filter(|&i| i < self.jobs.len())
+    fn index(&self, id: &Id) -> Option<usize> {
+        id.0.as_u64().map(|i| i as usize).filter(|&i| i < self.jobs.len())
     }
 
-    fn result_row(&self, i: usize, body: Value) -> Value {
-        let name = &self.jobs[i].name;
-        let mut row = Map::new();
-        row.insert(name.0.clone(), name.1.clone());
-        for k in ["text", "thinking", "token_ids", "finish", "stats"] {
-            if let Some(v) = body.get(k) {
-                row.insert(k.into(), v.clone());
-            }
-        }
-        Value::Object(row)
+    fn result_row(&self, i: usize, done: &DoneEvent<'_>) -> Value {
+        let answer = Answer {
+            text: &done.text,
+            thinking: done.thinking.as_deref(),
+            token_ids: &done.token_ids,
+            finish: done.finish,
+            stats: &done.stats,
+        };
+        row(&self.jobs[i].name, serde_json::to_value(answer).unwrap_or_default())
     }
 }

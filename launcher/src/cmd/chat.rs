@@ -13,10 +13,11 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use kore_protocol::{Event, Finish, GenerateRequest, Id, Message, Phase, Request, Role, Stats};
 
-use super::session::{self, Backend, Conn, Event, Placement};
+use super::session::{self, Backend, Placement};
 use crate::cli::{ChatArgs, OnOff};
+use crate::client::{ClientError, Done, EventChannel, Requests};
 use crate::error::{LaunchError, Result};
 use crate::term::input::{read_message, Input};
 use crate::term::render::Renderer;
@@ -37,7 +38,8 @@ Ctrl-C cancels the answer being written.";
 
 /// Runs `chat` (and `kore-launch` with no arguments, `args` all default).
 pub fn run(args: ChatArgs) -> Result<()> {
-    sigint::install().map_err(|e| LaunchError::Other(format!("cannot handle Ctrl-C: {e}")))?;
+    sigint::install()
+        .map_err(|source| LaunchError::Start { what: "the Ctrl-C handler", source })?;
     let backend = session::open(&Placement { native: args.native, model: args.model.clone() })?;
     let result = match args.prompt.clone() {
         Some(prompt) => one_shot(backend.as_ref(), &args, &prompt),
@@ -50,20 +52,26 @@ pub fn run(args: ChatArgs) -> Result<()> {
 /// The chat request for `messages` (in appliance session `session`, if any).
 fn request(
     id: u64,
-    messages: &[Value],
+    messages: &[Message],
     thinking: bool,
     args: &ChatArgs,
     session: Option<&str>,
-) -> Value {
-    let mut req = Map::new();
-    req.insert("id".into(), id.into());
-    req.insert("messages".into(), Value::Array(messages.to_vec()));
-    req.insert("thinking".into(), thinking.into());
-    if let Some(s) = session {
-        req.insert("session".into(), s.into());
-    }
+) -> Request {
+    let mut req = GenerateRequest::chat(messages.to_vec());
+    req.id = Id::from(id);
+    req.thinking = Some(thinking);
+    req.session = session.map(str::to_owned);
     session::add_sampling(&mut req, &args.sampling);
-    Value::Object(req)
+    Request::Generate(req)
+}
+
+/// A connection of `backend` split for polling: requests out, events from a
+/// reader thread.
+fn open_conn(backend: &dyn Backend) -> Result<(Requests, EventChannel)> {
+    let (events, requests) = backend.connect()?.into_split();
+    let events =
+        events.spawn_reader().map_err(|source| LaunchError::Start { what: "a reader", source })?;
+    Ok((requests, events))
 }
 
 /// The system prompt: `--system`, else the config key `system_prompt`.
@@ -71,44 +79,40 @@ fn system_prompt(args: &ChatArgs) -> Result<Option<String>> {
     if let Some(s) = &args.system {
         return Ok(Some(s.clone()));
     }
-    let loaded =
-        crate::config::init(None, None, None).map_err(|e| LaunchError::Other(e.to_string()))?;
+    let loaded = crate::config::init(None, None, None)?;
     Ok(loaded.file.system_prompt.clone())
 }
 
 /// The conversation's opening messages.
-fn opening(system: Option<&str>) -> Vec<Value> {
-    system.map(|s| json!({"role": "system", "content": s})).into_iter().collect()
+fn opening(system: Option<&str>) -> Vec<Message> {
+    system.map(|s| Message::new(Role::System, s)).into_iter().collect()
 }
 
 /// Streams the events of request `id` into `on_delta` until its `done`
 /// event, which is returned. Ctrl-C sends a cancel once; the request then
 /// ends with `finish: "cancelled"`.
 fn stream(
-    conn: &mut Conn,
+    (requests, events): &mut (Requests, EventChannel),
     id: u64,
     on_delta: &mut dyn FnMut(&str, bool) -> io::Result<()>,
-) -> Result<Value> {
-    let id = Value::from(id);
+) -> Result<Done> {
+    let id = Id::from(id);
     let mut cancel_sent = false;
-    let out = |e: io::Error| LaunchError::Io { path: "stdout".into(), source: e };
     loop {
         if !cancel_sent && sigint::take() {
-            conn.send(&json!({ "cancel": id }))?;
+            requests.cancel(&id)?;
             cancel_sent = true;
         }
-        let Some(ev) = conn.next_timeout(POLL) else { continue };
-        match ev {
-            Event::Delta { id: got, text, thinking } if got == id => {
-                on_delta(&text, thinking).map_err(out)?
+        let Some(ev) = events.next_timeout(POLL) else { continue };
+        match ev? {
+            Event::Delta(d) if *d.id == id => {
+                on_delta(&d.delta, d.phase == Phase::Thinking).map_err(stdout_err)?
             }
-            Event::Done { id: got, body } if got == id => return Ok(body),
-            Event::Error { id: got, code, message } if got == id || got.is_null() => {
-                return Err(LaunchError::Other(format!(
-                    "the appliance refused ({code}): {message}"
-                )))
+            Event::Done(d) if *d.id == id => return Ok(d),
+            Event::Error(e) if *e.id == id || e.id.is_null() => {
+                let (code, message) = (e.error.code, e.error.message.into_owned());
+                return Err(ClientError::Refused { id: e.id.into_owned(), code, message }.into());
             }
-            Event::Closed(why) => return Err(LaunchError::Other(why)),
             _ => {}
         }
     }
@@ -120,10 +124,10 @@ fn thinking_default(args: &ChatArgs) -> bool {
 
 /// `chat -p PROMPT`: one answer; `--json` prints `{"text","thinking","stats"}`.
 fn one_shot(backend: &dyn Backend, args: &ChatArgs, prompt: &str) -> Result<()> {
-    let mut conn = backend.connect()?;
+    let mut conn = open_conn(backend)?;
     let mut messages = opening(system_prompt(args)?.as_deref());
-    messages.push(json!({"role": "user", "content": prompt}));
-    conn.send(&request(1, &messages, thinking_default(args), args, None))?;
+    messages.push(Message::new(Role::User, prompt));
+    conn.0.send(&request(1, &messages, thinking_default(args), args, None))?;
     let tty = term::stdout_is_tty() && !args.json.json;
     let body = if args.json.json {
         stream(&mut conn, 1, &mut |_, _| Ok(()))?
@@ -131,7 +135,7 @@ fn one_shot(backend: &dyn Backend, args: &ChatArgs, prompt: &str) -> Result<()> 
         let mut r = Renderer::new(io::stdout(), true, term::size());
         let body =
             stream(&mut conn, 1, &mut |t, think| if think { r.thinking(t) } else { r.answer(t) })?;
-        r.note(&session::status_line(&body["stats"])).map_err(stdout_err)?;
+        r.note(&session::status_line(&body.stats)).map_err(stdout_err)?;
         body
     } else {
         let mut out = io::stdout();
@@ -143,15 +147,15 @@ fn one_shot(backend: &dyn Backend, args: &ChatArgs, prompt: &str) -> Result<()> 
             Ok(())
         })?;
         writeln!(out).map_err(stdout_err)?;
-        eprintln!("{}", session::status_line(&body["stats"]));
+        eprintln!("{}", session::status_line(&body.stats));
         body
     };
-    if body["finish"] == "cancelled" {
-        return Err(LaunchError::Other("the answer was cancelled (Ctrl-C)".into()));
+    if body.finish == Finish::Cancelled {
+        return Err(LaunchError::Cancelled("the answer"));
     }
     if args.json.json {
         let obj =
-            json!({"text": body["text"], "thinking": body["thinking"], "stats": body["stats"]});
+            serde_json::json!({"text": body.text, "thinking": body.thinking, "stats": body.stats});
         println!("{obj}");
     }
     Ok(())
@@ -163,28 +167,28 @@ fn stdout_err(e: io::Error) -> LaunchError {
 
 /// An interactive session.
 struct Chat<'a> {
-    conn: Conn,
+    conn: (Requests, EventChannel),
     args: &'a ChatArgs,
-    history: Vec<Value>,
+    history: Vec<Message>,
     system: Option<String>,
     session: String,
     conversations: u64,
     thinking: bool,
     next_id: u64,
-    last_stats: Option<Value>,
+    last_stats: Option<Stats>,
     answers: u64,
     generated: u64,
 }
 
 impl<'a> Chat<'a> {
     fn new(backend: &dyn Backend, args: &'a ChatArgs) -> Result<Self> {
-        let mut conn = backend.connect()?;
-        let info = conn.info()?;
+        let info = backend.connect()?.info()?;
+        let conn = open_conn(backend)?;
         let thinking = thinking_default(args);
         println!(
             "Kore chat · {} · context {} tokens · thinking {} · /help for commands, /quit to leave",
-            info["model"].as_str().unwrap_or("?"),
-            info["context_limit"],
+            info.model,
+            info.context_limit,
             on_off(thinking)
         );
         let system = system_prompt(args)?;
@@ -216,13 +220,15 @@ impl<'a> Chat<'a> {
         let id = self.next_id;
         self.next_id += 1;
         let prompt = format!("<|im_start|>system\n{system}<|im_end|>\n");
-        let req = json!({"id": id, "prompt": prompt, "max_tokens": 1, "session": self.session});
-        self.conn.send(&req)?;
+        let mut req = GenerateRequest::completion(prompt);
+        req.id = Id::from(id);
+        req.max_tokens = Some(1);
+        req.session = Some(self.session.clone());
+        self.conn.0.send(&Request::Generate(req))?;
         let body = stream(&mut self.conn, id, &mut |_, _| Ok(()))?;
         println!(
             "(system prompt ready: {} tokens in {:.0} ms)",
-            body["stats"]["prompt_tokens"],
-            body["stats"]["prefill_ms"].as_f64().unwrap_or(0.0)
+            body.stats.prompt_tokens, body.stats.prefill_ms
         );
         Ok(())
     }
@@ -291,9 +297,7 @@ impl<'a> Chat<'a> {
                 println!("last answer: {}", session::status_line(s));
                 println!(
                     "  prompt {} tokens, prefill {:.1} ms ({:.1} tok/s)",
-                    s["prompt_tokens"],
-                    s["prefill_ms"].as_f64().unwrap_or(0.0),
-                    s["prefill_tok_per_s"].as_f64().unwrap_or(0.0)
+                    s.prompt_tokens, s.prefill_ms, s.prefill_tok_per_s
                 );
             }
         }
@@ -307,12 +311,12 @@ impl<'a> Chat<'a> {
 
     /// Sends `text` with the conversation and streams the answer.
     fn ask(&mut self, text: String) -> Result<()> {
-        self.history.push(json!({"role": "user", "content": text}));
+        self.history.push(Message::new(Role::User, text));
         let id = self.next_id;
         self.next_id += 1;
         let _ = sigint::take(); // a Ctrl-C from before this answer does not count
         let session = Some(self.session.as_str());
-        self.conn.send(&request(id, &self.history, self.thinking, self.args, session))?;
+        self.conn.0.send(&request(id, &self.history, self.thinking, self.args, session))?;
         let tty = term::stdout_is_tty();
         let mut r = Renderer::new(io::stdout(), tty, term::size());
         let res = stream(&mut self.conn, id, &mut |t, think| {
@@ -327,25 +331,24 @@ impl<'a> Chat<'a> {
             Err(e) => {
                 self.history.pop();
                 r.end().map_err(stdout_err)?;
-                if matches!(&e, LaunchError::Other(m) if m.starts_with("the appliance refused")) {
+                if matches!(&e, LaunchError::Client(ClientError::Refused { .. })) {
                     println!("error: {e}");
                     return Ok(());
                 }
                 return Err(e);
             }
         };
-        if body["finish"] == "cancelled" {
+        if body.finish == Finish::Cancelled {
             self.history.pop();
             r.note("(cancelled; this exchange is not kept in the conversation)")
                 .map_err(stdout_err)?;
             return Ok(());
         }
-        let answer = body["text"].as_str().unwrap_or_default().to_owned();
-        self.history.push(json!({"role": "assistant", "content": answer}));
+        self.history.push(Message::new(Role::Assistant, body.text.as_ref()));
         self.answers += 1;
-        self.generated += body["stats"]["generated_tokens"].as_u64().unwrap_or(0);
-        r.note(&session::status_line(&body["stats"])).map_err(stdout_err)?;
-        self.last_stats = Some(body["stats"].clone());
+        self.generated += u64::from(body.stats.generated_tokens);
+        r.note(&session::status_line(&body.stats)).map_err(stdout_err)?;
+        self.last_stats = Some(body.stats.into_owned());
         Ok(())
     }
 }

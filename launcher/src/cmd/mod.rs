@@ -1,7 +1,7 @@
 //! One module per command; `run` dispatches.
 
 mod batch;
-mod bench;
+pub mod bench;
 mod chat;
 mod completions;
 mod daemon;

@@ -6,44 +6,40 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use super::daemon::{Probe, Runtime};
-use super::session::Conn;
 use crate::appliance::vm::connect_service;
 use crate::cli::StatusArgs;
+use crate::client::{Client, Connection};
 use crate::error::{LaunchError, Result};
 
 /// Runs `status`. Exits 0 whether or not the appliance is up.
 pub fn run(args: StatusArgs) -> Result<()> {
     let rt = Runtime::from_settings(args.runtime_dir)?;
-    let report = match rt.probe() {
-        Probe::Running(pid) => running(&rt, pid)?,
-        Probe::Absent => json!({"running": false, "runtime_dir": rt.dir}),
-        Probe::Stale(what) => json!({"running": false, "runtime_dir": rt.dir, "stale": what}),
+    let (report, info) = match rt.probe() {
+        Probe::Running(pid) => running(&rt, pid).map(|(r, i)| (r, Some(i)))?,
+        Probe::Absent => (json!({"running": false, "runtime_dir": rt.dir}), None),
+        Probe::Stale(what) => {
+            (json!({"running": false, "runtime_dir": rt.dir, "stale": what}), None)
+        }
     };
     if args.json {
         println!("{report}");
         return Ok(());
     }
-    if report["running"] != true {
+    let Some(info) = info else {
         println!("no appliance is up (runtime directory {})", rt.dir.display());
         if let Some(stale) = report["stale"].as_str() {
             println!("stale files: {stale} (`kore-launch down` or `up` cleans them)");
         }
         return Ok(());
-    }
-    let info = &report["info"];
+    };
     println!("appliance up: pid {}, {}", report["pid"], report["engine"].as_str().unwrap_or("?"));
     println!(
         "  model {}, context {} tokens, protocol {}",
-        info["model"], info["context_limit"], info["protocol"]
+        info.model, info.context_limit, info.protocol
     );
-    let running = match info.get("active") {
-        Some(n) => format!("{n} of {} running", info["max_active"]),
-        None if info["busy"] == true => "busy".to_owned(),
-        None => "idle".to_owned(),
-    };
     println!(
-        "  {} connections, {running}, {} queued; up {} s",
-        info["connections"], info["queued"], report["uptime_s"]
+        "  {} connections, {} of {} running, {} queued; up {} s",
+        info.connections, info.active, info.max_active, info.queued, report["uptime_s"]
     );
     println!("  socket {}", report["socket"].as_str().unwrap_or("?"));
     if let Some(v) = report["vmm"].as_object() {
@@ -64,21 +60,23 @@ pub fn run(args: StatusArgs) -> Result<()> {
     Ok(())
 }
 
-fn running(rt: &Runtime, pid: u32) -> Result<Value> {
+fn running(rt: &Runtime, pid: u32) -> Result<(Value, kore_protocol::InfoBody)> {
     let stream = connect_service(&rt.socket()).map_err(|e| {
         LaunchError::Other(format!(
             "the appliance (pid {pid}) does not answer on {}: {e}",
             rt.socket().display()
         ))
     })?;
-    let reader = stream.try_clone().map_err(|e| LaunchError::Other(e.to_string()))?;
-    let mut conn = Conn::new(Box::new(reader), Box::new(stream))?;
-    let info = conn.info()?;
+    let reader = stream
+        .try_clone()
+        .map_err(|source| LaunchError::Io { path: rt.socket().display().to_string(), source })?;
+    let info =
+        Client::new(Connection { reader: Box::new(reader), writer: Box::new(stream) }).info()?;
     let state = rt.state().unwrap_or(Value::Null);
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let uptime =
         state["started_unix"].as_u64().map_or(Value::Null, |t| now.saturating_sub(t).into());
-    Ok(json!({
+    let report = json!({
         "running": true,
         "pid": pid,
         "runtime_dir": rt.dir,
@@ -89,5 +87,6 @@ fn running(rt: &Runtime, pid: u32) -> Result<Value> {
         "vf": state["vf"],
         "uptime_s": uptime,
         "info": info,
-    }))
+    });
+    Ok((report, info))
 }

@@ -6,6 +6,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use kore_protocol::ErrorCode;
+
 use super::wire::{ErrorBody, ErrorDetail};
 
 /// An API error: status plus OpenAI's error fields.
@@ -103,20 +105,24 @@ impl ApiError {
     /// The protocol's error `code` with its `message`, mapped to a status:
     /// `prompt_too_long` is 400 `context_length_exceeded` (as OpenAI),
     /// `line_too_long` 413, `overloaded` 503, `internal` 500.
-    pub fn from_protocol(code: &str, message: &str) -> Self {
+    pub fn from_protocol(code: ErrorCode, message: &str) -> Self {
         let (status, kind, code) = match code {
-            "prompt_too_long" => {
+            ErrorCode::PromptTooLong => {
                 (StatusCode::BAD_REQUEST, "invalid_request_error", "context_length_exceeded")
             }
-            "line_too_long" => {
+            ErrorCode::LineTooLong => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large")
             }
-            "overloaded" => (StatusCode::SERVICE_UNAVAILABLE, "server_error", "overloaded"),
-            "internal" => (StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal"),
-            "bad_json" | "bad_request" | "unsupported" | "duplicate_id" => {
+            ErrorCode::Overloaded => {
+                (StatusCode::SERVICE_UNAVAILABLE, "server_error", "overloaded")
+            }
+            ErrorCode::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal"),
+            ErrorCode::BadJson
+            | ErrorCode::BadRequest
+            | ErrorCode::Unsupported
+            | ErrorCode::DuplicateId => {
                 (StatusCode::BAD_REQUEST, "invalid_request_error", "bad_request")
             }
-            _ => (StatusCode::BAD_GATEWAY, "server_error", "appliance_error"),
         };
         Self::new(status, kind, code, message.to_string())
     }
@@ -152,13 +158,13 @@ mod tests {
 
     #[test]
     fn protocol_codes_map_to_openai_statuses() {
-        let status = |c: &str| ApiError::from_protocol(c, "m").status.as_u16();
-        assert_eq!(status("prompt_too_long"), 400);
-        assert_eq!(status("bad_request"), 400);
-        assert_eq!(status("line_too_long"), 413);
-        assert_eq!(status("overloaded"), 503);
-        assert_eq!(status("internal"), 500);
-        let e = ApiError::from_protocol("prompt_too_long", "too long");
+        let status = |c: ErrorCode| ApiError::from_protocol(c, "m").status.as_u16();
+        assert_eq!(status(ErrorCode::PromptTooLong), 400);
+        assert_eq!(status(ErrorCode::BadRequest), 400);
+        assert_eq!(status(ErrorCode::LineTooLong), 413);
+        assert_eq!(status(ErrorCode::Overloaded), 503);
+        assert_eq!(status(ErrorCode::Internal), 500);
+        let e = ApiError::from_protocol(ErrorCode::PromptTooLong, "too long");
         assert_eq!(e.code.as_deref(), Some("context_length_exceeded"));
     }
 

@@ -11,8 +11,9 @@ use axum::http::{header, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use kore_protocol::{GenerateRequest, InfoBody};
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::error::ApiError;
 use super::mapping::{self, Envelope};
@@ -85,7 +86,7 @@ pub async fn completions(
 /// Relays one generation and answers it whole or as a stream.
 async fn run(
     s: Arc<AppState>,
-    protocol: Value,
+    protocol: GenerateRequest,
     env: Envelope,
     kind: Kind,
     options: &Options,
@@ -144,13 +145,13 @@ fn random_seed() -> u64 {
 }
 
 /// The appliance's `info`, or `None` when it does not answer in time.
-async fn info(s: &Arc<AppState>) -> Option<Value> {
+async fn info(s: &Arc<AppState>) -> Option<InfoBody> {
     let state = s.clone();
     let ask = tokio::task::spawn_blocking(move || {
         let appliance = state.appliance.lock().unwrap_or_else(|p| p.into_inner());
         let client = appliance.client();
         drop(appliance);
-        client.and_then(|mut c| c.info()).ok()
+        client.ok().and_then(|mut c| c.info().ok())
     });
     tokio::time::timeout(INFO_WAIT, ask).await.ok()?.ok()?
 }
@@ -163,8 +164,8 @@ pub async fn health(State(s): Shared) -> Response {
             "status": "ok",
             "model": s.model,
             "placement": s.placement,
-            "queued": i["queued"],
-            "busy": i["busy"],
+            "queued": i.queued,
+            "busy": i.busy,
         }))
         .into_response(),
         None => ApiError::unavailable("the appliance does not answer").into_response(),

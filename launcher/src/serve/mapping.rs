@@ -2,7 +2,8 @@
 //! protocol's `done` events back to OpenAI answers. Pure functions: the
 //! handlers and the unit tests share them.
 
-use serde_json::{json, Map, Value};
+use kore_protocol::{Finish, GenerateRequest, Message, Role, Stats};
+use serde_json::Value;
 
 use super::error::ApiError;
 use super::wire::{
@@ -21,7 +22,7 @@ pub fn check_model(asked: &str, served: &str) -> Result<(), ApiError> {
 
 /// The protocol request for a chat request (without `id`); `fallback_seed`
 /// is used when sampling without a `seed`.
-pub fn chat_request(req: &ChatRequest, fallback_seed: u64) -> Result<Value, ApiError> {
+pub fn chat_request(req: &ChatRequest, fallback_seed: u64) -> Result<GenerateRequest, ApiError> {
     if req.messages.is_empty() {
         return Err(ApiError::bad_param("messages", "`messages` is empty"));
     }
@@ -30,9 +31,9 @@ pub fn chat_request(req: &ChatRequest, fallback_seed: u64) -> Result<Value, ApiE
         .iter()
         .map(|m| {
             let role = match m.role.as_str() {
-                "system" | "developer" => "system",
-                "user" => "user",
-                "assistant" => "assistant",
+                "system" | "developer" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
                 other => {
                     return Err(ApiError::bad_param(
                         "messages",
@@ -40,17 +41,14 @@ pub fn chat_request(req: &ChatRequest, fallback_seed: u64) -> Result<Value, ApiE
                     ))
                 }
             };
-            Ok(json!({"role": role, "content": content_text(m.content.as_ref())?}))
+            Ok(Message::new(role, content_text(m.content.as_ref())?))
         })
-        .collect::<Result<Vec<Value>, ApiError>>()?;
-    let mut out = Map::new();
-    out.insert("messages".into(), Value::Array(messages));
+        .collect::<Result<Vec<Message>, ApiError>>()?;
+    let mut out = GenerateRequest::chat(messages);
     let kwargs = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking);
-    if let Some(thinking) = kwargs.or(req.enable_thinking) {
-        out.insert("thinking".into(), thinking.into());
-    }
+    out.thinking = kwargs.or(req.enable_thinking);
     add_options(&mut out, &req.options, fallback_seed)?;
-    Ok(Value::Object(out))
+    Ok(out)
 }
 
 /// The text of a message's content (text parts joined).
@@ -73,7 +71,10 @@ fn content_text(content: Option<&Content>) -> Result<String, ApiError> {
 }
 
 /// The protocol request for a completion request (without `id`).
-pub fn completion_request(req: &CompletionRequest, fallback_seed: u64) -> Result<Value, ApiError> {
+pub fn completion_request(
+    req: &CompletionRequest,
+    fallback_seed: u64,
+) -> Result<GenerateRequest, ApiError> {
     if req.echo == Some(true) {
         return Err(ApiError::bad_param("echo", "`echo` is not served"));
     }
@@ -83,14 +84,15 @@ pub fn completion_request(req: &CompletionRequest, fallback_seed: u64) -> Result
             "`prompt` must be a non-empty string, a list of one string, or a list of token ids",
         )
     };
-    let mut out = Map::new();
-    match &req.prompt {
-        Value::String(s) if !s.is_empty() => out.insert("prompt".into(), s.clone().into()),
+    let mut out = match &req.prompt {
+        Value::String(s) if !s.is_empty() => GenerateRequest::completion(s.clone()),
         Value::Array(items) => match items.as_slice() {
-            [Value::String(s)] if !s.is_empty() => out.insert("prompt".into(), s.clone().into()),
+            [Value::String(s)] if !s.is_empty() => GenerateRequest::completion(s.clone()),
             [] => return Err(bad()),
             ids if ids.iter().all(|v| v.as_u64().is_some_and(|n| n <= u64::from(u32::MAX))) => {
-                out.insert("prompt_ids".into(), Value::Array(ids.to_vec()))
+                GenerateRequest::completion_ids(
+                    ids.iter().filter_map(Value::as_u64).map(|n| n as u32).collect(),
+                )
             }
             [_, _, ..] if items.iter().all(Value::is_string) => {
                 return Err(ApiError::bad_param("prompt", "one prompt per request is served"))
@@ -100,71 +102,84 @@ pub fn completion_request(req: &CompletionRequest, fallback_seed: u64) -> Result
         _ => return Err(bad()),
     };
     add_options(&mut out, &req.options, fallback_seed)?;
-    Ok(Value::Object(out))
+    Ok(out)
 }
 
 /// Length, sampling and stop options onto a protocol request. Absent
 /// options keep the protocol's defaults (greedy, up to the context limit).
-fn add_options(
-    out: &mut Map<String, Value>,
-    o: &Options,
-    fallback_seed: u64,
-) -> Result<(), ApiError> {
-    if o.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::bad_param("n", "only n = 1 is served"));
-    }
+fn add_options(out: &mut GenerateRequest, o: &Options, fallback_seed: u64) -> Result<(), ApiError> {
+    refuse_unserved(o)?;
+    let small = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
     match o.max_completion_tokens.or(o.max_tokens) {
         Some(0) => {
             return Err(ApiError::bad_param("max_tokens", "`max_tokens` must be at least 1"))
         }
-        Some(n) => drop(out.insert("max_tokens".into(), n.into())),
-        None => {}
+        n => out.max_tokens = n.map(small),
     }
-    if let Some(t) = o.temperature {
-        out.insert("temperature".into(), t.into());
-    }
-    if let Some(p) = o.top_p {
-        out.insert("top_p".into(), p.into());
-    }
-    if let Some(k) = o.top_k {
-        out.insert("top_k".into(), k.into());
-    }
-    if let Some(p) = o.min_p {
-        out.insert("min_p".into(), p.into());
-    }
+    out.temperature = o.temperature.map(|t| t as f32);
+    out.top_p = o.top_p.map(|p| p as f32);
+    out.top_k = o.top_k.map(small);
+    out.min_p = o.min_p.map(|p| p as f32);
     let sampling = o.temperature.is_some_and(|t| t > 0.0);
-    match o.seed {
-        Some(s) => drop(out.insert("seed".into(), s.into())),
-        None if sampling => drop(out.insert("seed".into(), fallback_seed.into())),
-        None => {}
+    out.seed = o.seed.or(sampling.then_some(fallback_seed));
+    out.stop = match &o.stop {
+        Some(OneOrMany::One(s)) => vec![s.clone()],
+        Some(OneOrMany::Many(v)) => v.clone(),
+        None => Vec::new(),
+    };
+    Ok(())
+}
+
+/// A 400 naming a field whose value would change the answer but is not
+/// served (never silently ignored); defaults of such fields pass.
+fn refuse_unserved(o: &Options) -> Result<(), ApiError> {
+    if o.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::bad_param("n", "only n = 1 is served"));
     }
-    match &o.stop {
-        Some(OneOrMany::One(s)) => drop(out.insert("stop".into(), s.clone().into())),
-        Some(OneOrMany::Many(v)) if !v.is_empty() => {
-            drop(out.insert("stop".into(), v.clone().into()))
+    let nonzero = |v: &Option<f64>| v.is_some_and(|x| x != 0.0);
+    for (name, set) in [
+        ("presence_penalty", nonzero(&o.presence_penalty)),
+        ("frequency_penalty", nonzero(&o.frequency_penalty)),
+        ("repetition_penalty", o.repetition_penalty.is_some_and(|x| x != 1.0)),
+        ("logit_bias", o.logit_bias.as_ref().is_some_and(|m| !m.is_empty())),
+        (
+            "logprobs",
+            o.logprobs.as_ref().is_some_and(|v| !matches!(v, Value::Null | Value::Bool(false))),
+        ),
+        ("top_logprobs", o.top_logprobs.is_some_and(|n| n > 0)),
+        ("tools", o.tools.as_ref().is_some_and(|t| !t.is_empty())),
+        ("functions", o.functions.as_ref().is_some_and(|t| !t.is_empty())),
+        ("tool_choice", o.tool_choice.as_ref().is_some_and(|v| v != "none" && v != "auto")),
+        ("response_format", o.response_format.as_ref().is_some_and(|v| v["type"] != "text")),
+        ("suffix", o.suffix.as_ref().is_some_and(|s| !s.is_empty())),
+        ("best_of", o.best_of.is_some_and(|n| n != 1)),
+    ] {
+        if set {
+            return Err(ApiError::bad_param(
+                name,
+                format!("`{name}` is not served yet: this server would ignore it, so it refuses"),
+            ));
         }
-        _ => {}
     }
     Ok(())
 }
 
 /// OpenAI's `finish_reason` for the protocol's `finish`.
-pub fn finish_reason(finish: &str) -> String {
+pub fn finish_reason(finish: Finish) -> String {
     match finish {
-        "length" => "length".into(),
-        _ => "stop".into(),
+        Finish::Length => "length".into(),
+        Finish::Stop | Finish::Cancelled => "stop".into(),
     }
 }
 
 /// `usage` from the protocol's `stats`.
-pub fn usage(stats: &Value) -> Usage {
-    let n = |k: &str| stats.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let (prompt, completion) = (n("prompt_tokens"), n("generated_tokens"));
+pub fn usage(stats: &Stats) -> Usage {
+    let (prompt, completion) = (u64::from(stats.prompt_tokens), u64::from(stats.generated_tokens));
     Usage {
         prompt_tokens: prompt,
         completion_tokens: completion,
         total_tokens: prompt + completion,
-        prompt_tokens_details: PromptDetails { cached_tokens: n("cached_tokens") },
+        prompt_tokens_details: PromptDetails { cached_tokens: u64::from(stats.cached_tokens) },
     }
 }
 
@@ -196,16 +211,16 @@ impl Envelope {
 
 /// The non-streamed chat answer.
 pub fn chat_answer(env: &Envelope, done: &Done) -> Answer<ChatChoice> {
-    let thinking = done.thinking.clone().filter(|t| !t.is_empty());
+    let thinking = done.thinking.as_deref().filter(|t| !t.is_empty()).map(str::to_owned);
     let message = AnswerMessage {
         role: "assistant",
-        content: done.text.clone(),
+        content: done.text.to_string(),
         reasoning_content: thinking,
     };
-    let choice = ChatChoice { index: 0, message, finish_reason: finish_reason(&done.finish) };
+    let choice = ChatChoice { index: 0, message, finish_reason: finish_reason(done.finish) };
     let mut a = env.answer("chat.completion", vec![choice]);
     a.usage = Some(usage(&done.stats));
-    a.kore_stats = Some(done.stats.clone());
+    a.kore_stats = Some(done.stats.clone().into_owned());
     a
 }
 
@@ -213,27 +228,29 @@ pub fn chat_answer(env: &Envelope, done: &Done) -> Answer<ChatChoice> {
 pub fn completion_answer(env: &Envelope, done: &Done) -> Answer<TextChoice> {
     let choice = TextChoice {
         index: 0,
-        text: done.text.clone(),
+        text: done.text.to_string(),
         logprobs: None,
-        finish_reason: Some(finish_reason(&done.finish)),
+        finish_reason: Some(finish_reason(done.finish)),
     };
     let mut a = env.answer("text_completion", vec![choice]);
     a.usage = Some(usage(&done.stats));
-    a.kore_stats = Some(done.stats.clone());
+    a.kore_stats = Some(done.stats.clone().into_owned());
     a
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kore_protocol::Id;
     use serde_json::json;
+    use std::borrow::Cow;
 
-    fn chat(body: Value) -> Result<Value, ApiError> {
+    fn chat(body: Value) -> Result<GenerateRequest, ApiError> {
         let req: ChatRequest = serde_json::from_value(body).expect("parses");
         chat_request(&req, 77)
     }
 
-    fn completion(body: Value) -> Result<Value, ApiError> {
+    fn completion(body: Value) -> Result<GenerateRequest, ApiError> {
         let req: CompletionRequest = serde_json::from_value(body).expect("parses");
         completion_request(&req, 77)
     }
@@ -252,35 +269,33 @@ mod tests {
             "top_k": 20, "min_p": 0.05, "stop": "\n", "presence_penalty": 0, "user": "x",
         }))
         .unwrap();
-        assert_eq!(
-            p,
-            json!({
-                "messages": [
-                    {"role": "system", "content": "Be brief."},
-                    {"role": "user", "content": "Hi there"},
-                    {"role": "assistant", "content": ""},
-                ],
-                "thinking": false, "max_tokens": 5, "temperature": 0.5, "top_p": 0.9,
-                "top_k": 20, "min_p": 0.05, "seed": 77, "stop": "\n",
-            })
-        );
+        let messages = vec![
+            Message::new(Role::System, "Be brief."),
+            Message::new(Role::User, "Hi there"),
+            Message::new(Role::Assistant, ""),
+        ];
+        assert_eq!(p.messages, Some(messages));
+        assert_eq!((p.thinking, p.max_tokens, p.temperature), (Some(false), Some(5), Some(0.5)));
+        assert_eq!((p.top_p, p.top_k, p.min_p), (Some(0.9), Some(20), Some(0.05)));
+        assert!(p.validate().is_ok());
+        assert_eq!((p.seed, p.stop), (Some(77), vec![String::from("\n")]));
     }
 
     #[test]
     fn greedy_requests_keep_protocol_defaults_and_explicit_seeds_win() {
         let p =
             chat(json!({"model": "m", "messages": [{"role": "user", "content": "x"}]})).unwrap();
-        assert_eq!(p, json!({"messages": [{"role": "user", "content": "x"}]}));
+        assert_eq!(p, GenerateRequest::chat(vec![Message::new(Role::User, "x")]));
         let p = chat(json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
                             "temperature": 1.0, "seed": 3, "enable_thinking": true}))
         .unwrap();
-        assert_eq!((p["seed"].clone(), p["thinking"].clone()), (json!(3), json!(true)));
+        assert_eq!((p.seed, p.thinking), (Some(3), Some(true)));
     }
 
     #[test]
     fn chat_refuses_what_it_cannot_serve() {
         let user = json!([{"role": "user", "content": "x"}]);
-        let param = |r: Result<Value, ApiError>| r.unwrap_err().param;
+        let param = |r: Result<GenerateRequest, ApiError>| r.unwrap_err().param;
         assert_eq!(param(chat(json!({"model": "m", "messages": []}))).as_deref(), Some("messages"));
         let tool = json!([{"role": "tool", "content": "x"}]);
         assert_eq!(
@@ -292,22 +307,33 @@ mod tests {
             param(chat(json!({"model": "m", "messages": image}))).as_deref(),
             Some("messages")
         );
-        assert_eq!(
-            param(chat(json!({"model": "m", "messages": user, "n": 2}))).as_deref(),
-            Some("n")
-        );
-        let zero = json!({"model": "m", "messages": user, "max_tokens": 0});
-        assert_eq!(param(chat(zero)).as_deref(), Some("max_tokens"));
+        for (field, value) in [
+            ("n", json!(2)),
+            ("max_tokens", json!(0)),
+            ("presence_penalty", json!(0.5)),
+            ("logit_bias", json!({"5": 10})),
+            ("logprobs", json!(true)),
+            ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+            ("tool_choice", json!("required")),
+            ("response_format", json!({"type": "json_object"})),
+        ] {
+            let mut body = json!({"model": "m", "messages": user});
+            body[field] = value;
+            assert_eq!(param(chat(body)).as_deref(), Some(field), "{field}");
+        }
+        let defaults = json!({"model": "m", "messages": user, "tool_choice": "auto",
+            "response_format": {"type": "text"}, "logprobs": false, "frequency_penalty": 0});
+        assert!(chat(defaults).is_ok());
     }
 
     #[test]
     fn completion_prompts_text_list_or_ids() {
         let p = completion(json!({"model": "m", "prompt": "Once", "stop": ["a", "b"]})).unwrap();
-        assert_eq!(p, json!({"prompt": "Once", "stop": ["a", "b"]}));
+        assert_eq!((p.prompt.as_deref(), p.stop.len()), (Some("Once"), 2));
         let p = completion(json!({"model": "m", "prompt": ["Once"]})).unwrap();
-        assert_eq!(p["prompt"], "Once");
+        assert_eq!(p.prompt.as_deref(), Some("Once"));
         let p = completion(json!({"model": "m", "prompt": [1, 2, 3]})).unwrap();
-        assert_eq!(p["prompt_ids"], json!([1, 2, 3]));
+        assert_eq!(p.prompt_ids, Some(vec![1, 2, 3]));
         for bad in
             [json!(""), json!([]), json!(["a", "b"]), json!([1, -2]), json!(7), json!({"x": 1})]
         {
@@ -321,13 +347,16 @@ mod tests {
     #[test]
     fn done_events_become_openai_answers() {
         let env = Envelope { id: "chatcmpl-1".into(), created: 5, model: "tiny".into() };
+        let stats =
+            Stats { prompt_tokens: 7, generated_tokens: 2, cached_tokens: 3, ..Stats::default() };
         let done = Done {
-            id: json!(1),
-            finish: "length".into(),
-            token_ids: vec![4, 5],
+            id: Cow::Owned(Id::from(1)),
+            done: true,
+            finish: Finish::Length,
+            token_ids: Cow::Owned(vec![4, 5]),
             text: "Hello".into(),
             thinking: Some("hmm".into()),
-            stats: json!({"prompt_tokens": 7, "generated_tokens": 2, "cached_tokens": 3}),
+            stats: Cow::Owned(stats),
         };
         let a = serde_json::to_value(chat_answer(&env, &done)).unwrap();
         assert_eq!(a["object"], "chat.completion");
@@ -342,7 +371,7 @@ mod tests {
                    "prompt_tokens_details": {"cached_tokens": 3}})
         );
         let c =
-            serde_json::to_value(completion_answer(&env, &Done { finish: "stop".into(), ..done }))
+            serde_json::to_value(completion_answer(&env, &Done { finish: Finish::Stop, ..done }))
                 .unwrap();
         assert_eq!(c["object"], "text_completion");
         assert_eq!(c["choices"][0]["text"], "Hello");

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
+use kore_protocol::{Finish, InfoBody};
 
 use crate::client::Done;
 
@@ -42,19 +42,18 @@ impl Metrics {
 
     /// Counts a generation's end and its tokens and speeds.
     pub fn record_done(&self, done: &Done) {
-        let n = |k: &str| done.stats.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let f = |k: &str| done.stats.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-        self.prompt_tokens.fetch_add(n("prompt_tokens"), Ordering::Relaxed);
+        let s = &done.stats;
+        self.prompt_tokens.fetch_add(u64::from(s.prompt_tokens), Ordering::Relaxed);
         self.generated_tokens.fetch_add(done.token_ids.len() as u64, Ordering::Relaxed);
         *self
             .finished
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(done.finish.clone())
+            .entry(done.finish.as_str().to_owned())
             .or_default() += 1;
-        if done.finish != "cancelled" {
+        if done.finish != Finish::Cancelled {
             *self.last.lock().unwrap_or_else(|p| p.into_inner()) =
-                (f("prefill_tok_per_s"), f("decode_tok_per_s"), f("tokens_per_step"));
+                (s.prefill_tok_per_s, s.decode_tok_per_s, s.tokens_per_step);
         }
     }
 
@@ -72,7 +71,7 @@ impl Metrics {
 
     /// The Prometheus text; `info` is the appliance's `info` object (or
     /// `None` when it did not answer).
-    pub fn render(&self, info: Option<&Value>) -> String {
+    pub fn render(&self, info: Option<&InfoBody>) -> String {
         let mut text = String::new();
         metric(
             &mut text,
@@ -151,21 +150,20 @@ impl Metrics {
             Some(f64::from(u8::from(up))),
         );
         if let Some(info) = info {
-            let num = |k: &str| info.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-            let busy = info.get("busy").and_then(Value::as_bool).unwrap_or(false);
+            let busy = info.busy;
             metric(
                 &mut text,
                 "kore_queue_depth",
                 "gauge",
                 "Requests waiting in the appliance's queue.",
-                Some(num("queued")),
+                Some(info.queued as f64),
             );
             metric(
                 &mut text,
                 "kore_queue_limit",
                 "gauge",
                 "The appliance's queue limit.",
-                Some(num("queue_limit")),
+                Some(info.queue_limit as f64),
             );
             metric(
                 &mut text,
@@ -179,7 +177,7 @@ impl Metrics {
                 "kore_context_limit_tokens",
                 "gauge",
                 "Context limit of the model.",
-                Some(num("context_limit")),
+                Some(f64::from(info.context_limit)),
             );
         }
         text
@@ -197,24 +195,28 @@ fn metric(out: &mut String, name: &str, kind: &str, help: &str, value: Option<f6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use kore_protocol::{Id, Stats};
+    use std::borrow::Cow;
 
     #[test]
     fn renders_counters_and_queue_in_prometheus_text() {
         let m = Arc::new(Metrics::default());
         m.record_http("/v1/completions", 200);
         m.record_http("/v1/completions", 200);
+        let stats = Stats { prompt_tokens: 4, decode_tok_per_s: 12.5, ..Stats::default() };
         let done = Done {
-            id: json!(1),
-            finish: "length".into(),
-            token_ids: vec![1, 2, 3],
+            id: Cow::Owned(Id::from(1)),
+            done: true,
+            finish: Finish::Length,
+            token_ids: Cow::Owned(vec![1, 2, 3]),
             text: "abc".into(),
             thinking: None,
-            stats: json!({"prompt_tokens": 4, "decode_tok_per_s": 12.5}),
+            stats: Cow::Owned(stats),
         };
         m.record_done(&done);
         let _guard = m.start();
-        let text = m.render(Some(&json!({"queued": 2, "busy": true, "queue_limit": 64})));
+        let info = InfoBody { queued: 2, busy: true, queue_limit: 64, ..InfoBody::default() };
+        let text = m.render(Some(&info));
         for line in [
             "kore_http_requests_total{path=\"/v1/completions\",status=\"200\"} 2",
             "kore_generations_total{finish=\"length\"} 1",

@@ -61,8 +61,8 @@ impl AppState {
     /// limit from its `info`.
     pub fn new(appliance: Appliance, api_key: Option<String>) -> Result<AppState> {
         let info = appliance.client()?.info()?;
-        let model = info["model"].as_str().unwrap_or("kore").to_string();
-        let context_limit = info["context_limit"].as_u64().unwrap_or(0);
+        let model = info.model;
+        let context_limit = u64::from(info.context_limit);
         Ok(AppState {
             placement: appliance.placement(),
             appliance: Mutex::new(appliance),
@@ -112,7 +112,7 @@ pub fn run(state: AppState, addr: SocketAddr) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| LaunchError::Other(format!("cannot start the async runtime: {e}")))?;
+        .map_err(|source| LaunchError::Start { what: "the async runtime", source })?;
     let state = Arc::new(state);
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)

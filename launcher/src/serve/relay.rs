@@ -7,13 +7,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::{json, Value};
+use kore_protocol::{Event, GenerateRequest, Id, Request};
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::metrics::Metrics;
 use crate::appliance::Appliance;
-use crate::client::{Client, Delta, Done, Event, Events, Requests};
+use crate::client::{Client, Delta, Done, Events, Requests};
 
 /// What the reader thread forwards.
 #[derive(Debug)]
@@ -34,11 +34,11 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// Sends `request` (a protocol generate request without `id`) on a new
-    /// connection of `appliance` and starts forwarding its events.
+    /// Sends `request` (its `id` replaced) on a new connection of
+    /// `appliance` and starts forwarding its events.
     pub fn start(
         appliance: &Mutex<Appliance>,
-        mut request: Value,
+        mut request: GenerateRequest,
         metrics: Arc<Metrics>,
     ) -> Result<Relay, ApiError> {
         let conn = {
@@ -47,10 +47,10 @@ impl Relay {
         }
         .map_err(|e| ApiError::unavailable(format!("cannot reach the appliance: {e}")))?;
         let (events, mut requests) = Client::new(conn).into_split();
-        let id = json!(1);
-        request["id"] = id.clone();
+        let id = Id::from(1);
+        request.id = id.clone();
         requests
-            .send(&request)
+            .send(&Request::Generate(request))
             .map_err(|e| ApiError::unavailable(format!("cannot send to the appliance: {e}")))?;
         let finished = Arc::new(AtomicBool::new(false));
         let (tx, updates) = mpsc::unbounded_channel();
@@ -92,7 +92,7 @@ fn forward(
             }
             Ok(Some(Event::Error(e))) => {
                 finished.store(true, Ordering::SeqCst);
-                Update::Failed(ApiError::from_protocol(&e.code, &e.message))
+                Update::Failed(ApiError::from_protocol(e.error.code, &e.error.message))
             }
             Ok(Some(_)) => continue,
             Ok(None) => {
@@ -118,7 +118,7 @@ fn forward(
 #[derive(Debug)]
 struct CancelOnDrop {
     requests: Requests,
-    id: Value,
+    id: Id,
     finished: Arc<AtomicBool>,
 }
 

@@ -16,7 +16,8 @@ use super::mapping::{finish_reason, usage, Envelope};
 use super::metrics::InFlight;
 use super::relay::{Relay, Update};
 use super::wire::{ChunkChoice, ChunkDelta, TextChoice};
-use crate::client::{Delta, Done, Phase};
+use crate::client::{Delta, Done};
+use kore_protocol::Phase;
 
 /// Keep-alive comments while no token flows (also how a vanished client is
 /// noticed while its request waits in the queue).
@@ -125,18 +126,18 @@ impl Chunks {
             Kind::Chat => {
                 let mut delta = ChunkDelta::default();
                 match d.phase {
-                    Phase::Thinking => delta.reasoning_content = Some(d.text.clone()),
-                    Phase::Answer => delta.content = Some(d.text.clone()),
+                    Phase::Thinking => delta.reasoning_content = Some(d.delta.to_string()),
+                    Phase::Answer => delta.content = Some(d.delta.to_string()),
                 }
                 self.chat_chunk(delta, None)
             }
-            Kind::Completion => self.text_chunk(d.text.clone(), None, None),
+            Kind::Completion => self.text_chunk(d.delta.to_string(), None, None),
         }
     }
 
     fn finish(&mut self, done: &Done, out: &mut Vec<String>) {
-        let reason = Some(finish_reason(&done.finish));
-        let stats = Some(done.stats.clone());
+        let reason = Some(finish_reason(done.finish));
+        let stats = Some(done.stats.clone().into_owned());
         out.push(match self.plan.kind {
             Kind::Chat => {
                 let mut a = self.plan.env.answer(
@@ -183,7 +184,7 @@ impl Chunks {
         &self,
         text: String,
         finish: Option<String>,
-        stats: Option<serde_json::Value>,
+        stats: Option<kore_protocol::Stats>,
     ) -> String {
         let choice = TextChoice { index: 0, text, logprobs: None, finish_reason: finish };
         let mut a = self.plan.env.answer("text_completion", vec![choice]);
@@ -199,7 +200,26 @@ fn to_json<T: Serialize>(v: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kore_protocol::{Finish, Id, Stats};
     use serde_json::{json, Value};
+    use std::borrow::Cow;
+
+    fn delta(text: &str, phase: Phase) -> Update {
+        Update::Delta(Delta { id: Cow::Owned(Id::from(1)), delta: text.to_owned().into(), phase })
+    }
+
+    fn done(finish: Finish, text: &str, thinking: Option<&str>, prompt: u32, gen: u32) -> Done {
+        let stats = Stats { prompt_tokens: prompt, generated_tokens: gen, ..Stats::default() };
+        Done {
+            id: Cow::Owned(Id::from(1)),
+            done: true,
+            finish,
+            token_ids: Cow::Owned(vec![1; gen as usize]),
+            text: text.to_owned().into(),
+            thinking: thinking.map(|t| t.to_owned().into()),
+            stats: Cow::Owned(stats),
+        }
+    }
 
     fn chunks(kind: Kind, include_usage: bool) -> Chunks {
         let env = Envelope { id: "x-1".into(), created: 1, model: "m".into() };
@@ -213,22 +233,13 @@ mod tests {
     #[test]
     fn chat_chunks_start_with_the_role_and_split_thinking_from_answer() {
         let mut c = chunks(Kind::Chat, true);
-        let delta =
-            |text: &str, phase| Update::Delta(Delta { id: json!(1), text: text.into(), phase });
         let first = parse(&c.on_update(Some(delta("hmm", Phase::Thinking))));
         assert_eq!(first[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
         assert_eq!(first[1]["choices"][0]["delta"], json!({"reasoning_content": "hmm"}));
         let next = parse(&c.on_update(Some(delta("Hi", Phase::Answer))));
         assert_eq!(next.len(), 1);
         assert_eq!(next[0]["choices"][0]["delta"], json!({"content": "Hi"}));
-        let done = Done {
-            id: json!(1),
-            finish: "stop".into(),
-            token_ids: vec![1, 2],
-            text: "Hi".into(),
-            thinking: Some("hmm".into()),
-            stats: json!({"prompt_tokens": 3, "generated_tokens": 2}),
-        };
+        let done = done(Finish::Stop, "Hi", Some("hmm"), 3, 2);
         let end = c.on_update(Some(Update::Done(done)));
         assert_eq!(end.last().map(String::as_str), Some("[DONE]"));
         let end = parse(&end);
@@ -241,8 +252,10 @@ mod tests {
     #[test]
     fn a_failure_mid_stream_is_an_error_event_then_done() {
         let mut c = chunks(Kind::Completion, false);
-        let delta = Update::Delta(Delta { id: json!(1), text: "a".into(), phase: Phase::Answer });
-        assert_eq!(parse(&c.on_update(Some(delta)))[0]["choices"][0]["text"], "a");
+        assert_eq!(
+            parse(&c.on_update(Some(delta("a", Phase::Answer))))[0]["choices"][0]["text"],
+            "a"
+        );
         let out = c.on_update(Some(Update::Failed(ApiError::unavailable("gone"))));
         assert_eq!(out.len(), 2);
         assert_eq!(parse(&out)[0]["error"]["message"], "gone");

@@ -63,9 +63,11 @@ async fn completions_streamed_and_not_agree_with_the_protocol() {
     let direct = {
         let a = s.appliance.lock().unwrap();
         let mut c = a.client().unwrap();
-        c.generate(json!({"prompt": "ROMEO:", "max_tokens": 12}), |_| {}).unwrap()
+        let mut req = kore_protocol::GenerateRequest::completion("ROMEO:");
+        req.max_tokens = Some(12);
+        c.generate(req, |_| {}).unwrap()
     };
-    assert_eq!(whole["choices"][0]["text"], direct.text.as_str());
+    assert_eq!(whole["choices"][0]["text"], direct.text.as_ref());
     let mut streamed = body;
     streamed["stream"] = json!(true);
     streamed["stream_options"] = json!({"include_usage": true});

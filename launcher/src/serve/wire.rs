@@ -1,8 +1,10 @@
 //! The OpenAI HTTP API's wire types (the subset `serve` speaks): request
 //! bodies of `/v1/chat/completions` and `/v1/completions`, their answers,
-//! stream chunks, `/v1/models` and the error body. Unknown request fields are
-//! accepted and ignored, as OpenAI-compatible servers do, except the few whose
-//! non-default values `serve` cannot honour (see [`super::mapping`]).
+//! stream chunks, `/v1/models` and the error body. Unknown request fields that
+//! change nothing (`user`, `metadata`, ...) are accepted and ignored, as
+//! OpenAI-compatible servers do; the fields that would change the answer are
+//! read, and refused with a 400 where `serve` cannot honour their value (see
+//! [`super::mapping`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -125,6 +127,43 @@ pub struct Options {
     /// Choices wanted (only 1 is served).
     #[serde(default)]
     pub n: Option<u64>,
+    /// Fields that would change the answer and are not served yet: a value
+    /// other than their default is refused with a 400 naming them.
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    /// See `presence_penalty`.
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    /// See `presence_penalty` (vLLM's and llama-server's extension).
+    #[serde(default)]
+    pub repetition_penalty: Option<f64>,
+    /// See `presence_penalty`.
+    #[serde(default)]
+    pub logit_bias: Option<serde_json::Map<String, Value>>,
+    /// See `presence_penalty` (a bool on chat, a number on completions).
+    #[serde(default)]
+    pub logprobs: Option<Value>,
+    /// See `presence_penalty`.
+    #[serde(default)]
+    pub top_logprobs: Option<u64>,
+    /// See `presence_penalty`.
+    #[serde(default)]
+    pub tools: Option<Vec<Value>>,
+    /// See `presence_penalty` (the legacy name of `tools`).
+    #[serde(default)]
+    pub functions: Option<Vec<Value>>,
+    /// See `presence_penalty`; `auto` and `none` pass.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    /// See `presence_penalty`; `{"type": "text"}` passes.
+    #[serde(default)]
+    pub response_format: Option<Value>,
+    /// See `presence_penalty` (completions).
+    #[serde(default)]
+    pub suffix: Option<String>,
+    /// See `presence_penalty` (completions).
+    #[serde(default)]
+    pub best_of: Option<u64>,
 }
 
 /// `stream_options`.
@@ -235,7 +274,7 @@ pub struct Answer<C> {
     pub usage: Option<Usage>,
     /// Kore's measurements (the protocol's `stats`) on answers and last chunks.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kore_stats: Option<Value>,
+    pub kore_stats: Option<kore_protocol::Stats>,
 }
 
 /// `GET /v1/models`.

@@ -6,22 +6,22 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::{Job, JobKind, Service};
-use crate::codec::{ChatMessage, Codec, Role};
+use crate::codec::{Codec, CodecError};
 use crate::emit::Mode;
 use crate::engine::{Clock, Engine, GenParams};
-use crate::request::{ErrorCode, GenerateRequest, Id, Input};
 use crate::service::ConnId;
+use kore_protocol::{ErrorCode, GenerateRequest, Id, Input, Message, Role};
 
 impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
     /// Where a chat prompt that opens with a system message stops sharing
     /// tokens with that system message followed by an empty user message
     /// (its turn and the user turn's opening): the prefix other
     /// conversations with the same system prompt share.
-    fn system_prefix(&self, m: &[ChatMessage], thinking: bool, prompt: &[u32]) -> Option<u32> {
+    fn system_prefix(&self, m: &[Message], thinking: bool, prompt: &[u32]) -> Option<u32> {
         if m.len() < 2 || m[0].role != Role::System {
             return None;
         }
-        let empty = ChatMessage { role: Role::User, content: String::new() };
+        let empty = Message::new(Role::User, String::new());
         let alone = self.codec.render_chat(&[m[0].clone(), empty], thinking).ok()?;
         let common = alone.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         u32::try_from(common).ok().filter(|&c| c > 0 && (c as usize) < prompt.len())
@@ -46,8 +46,9 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             return self.send_error(conn, &g.id, ErrorCode::PromptTooLong, &message);
         }
         let room = limit - len;
-        let mode = match g.input {
-            Input::Messages(_) => Mode::chat(self.codec.think_ids(), &prompt),
+        let input = g.input();
+        let mode = match input {
+            Some(Input::Messages(_)) => Mode::chat(self.codec.think_ids(), &prompt),
             _ => Mode::Raw,
         };
         let checkpoint_at = match (&mode, self.codec.think_ids()) {
@@ -56,14 +57,16 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         };
         let params = GenParams {
             max_tokens: g.max_tokens.map_or(room, |m| m.min(room)),
-            temperature: g.temperature,
-            top_p: g.top_p,
-            top_k: g.top_k,
-            min_p: g.min_p,
-            seed: g.seed,
+            temperature: g.temperature.unwrap_or(0.0),
+            top_p: g.top_p.unwrap_or(1.0),
+            top_k: g.top_k.unwrap_or(0),
+            min_p: g.min_p.unwrap_or(0.0),
+            seed: g.seed.unwrap_or(0),
             mtp: g.mtp,
-            shared_at: match (&g.input, &g.session) {
-                (Input::Messages(m), Some(_)) => self.system_prefix(m, g.thinking, &prompt),
+            shared_at: match (input, &g.session) {
+                (Some(Input::Messages(m)), Some(_)) => {
+                    self.system_prefix(m, g.thinking_on(), &prompt)
+                }
                 _ => None,
             },
             session: g.session,
@@ -75,8 +78,8 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
 
     /// Duplicate-id and queue-capacity checks; sends the error on refusal.
     fn admit(&mut self, conn: ConnId, id: &Id, key: &str) -> bool {
-        let duplicate = id.0 != serde_json::Value::Null
-            && self.conns.get(&conn).is_some_and(|c| c.has_in_flight(key));
+        let duplicate =
+            !id.is_null() && self.conns.get(&conn).is_some_and(|c| c.has_in_flight(key));
         if duplicate {
             let message = "a request with this id is already queued or running on this \
                            connection; use a new id";
@@ -109,16 +112,17 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
     }
 
     fn tokenize(&self, g: &GenerateRequest) -> Result<Vec<u32>, (ErrorCode, String)> {
-        let ids = match &g.input {
-            Input::Messages(m) => self.codec.render_chat(m, g.thinking),
-            Input::Prompt(p) => self.codec.encode(p),
-            Input::PromptIds(ids) => {
+        let ids = match g.input() {
+            Some(Input::Messages(m)) => self.codec.render_chat(m, g.thinking_on()),
+            Some(Input::Prompt(p)) => self.codec.encode(p),
+            None => Err(CodecError::Unsupported(String::from("the request has no single input"))),
+            Some(Input::PromptIds(ids)) => {
                 let vocab = self.info.vocab_size;
                 if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
                     let m = format!("prompt_ids contains {bad}, outside the vocabulary 0..{vocab}");
                     return Err((ErrorCode::BadRequest, m));
                 }
-                Ok(ids.clone())
+                Ok(ids.to_vec())
             }
         };
         match ids {
@@ -126,7 +130,10 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
                 Err((ErrorCode::BadRequest, String::from("the prompt encodes to no tokens")))
             }
             Ok(ids) => Ok(ids),
-            Err(e) => Err((ErrorCode::Internal, format!("tokenizer failed: {e}"))),
+            Err(CodecError::Unsupported(e)) => Err((ErrorCode::BadRequest, e)),
+            Err(CodecError::Failed(e)) => {
+                Err((ErrorCode::Internal, format!("tokenizer failed: {e}")))
+            }
         }
     }
 }

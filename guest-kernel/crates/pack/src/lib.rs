@@ -56,6 +56,8 @@ pub struct Manifest {
     pub context_length: usize,
     /// The tokenizer file name.
     pub tokenizer_file: String,
+    /// The tokenizer's `eos_token` text, if pack.toml names one.
+    pub eos_token: Option<String>,
     /// The engine's model configuration.
     pub config: ModelConfig,
 }
@@ -112,6 +114,7 @@ impl Manifest {
             name: m.name,
             context_length: config.max_position_embeddings,
             tokenizer_file: m.tokenizer.file,
+            eos_token: m.tokenizer.eos_token,
             config,
         })
     }

@@ -1,16 +1,16 @@
-//! Response lines: every event the service sends, one JSON object followed
-//! by `\n`. These are the protocol's wire types on both sides: the service
-//! serializes them borrowing its own data (`Cow::Borrowed`), and every client
-//! (the launcher, its HTTP server, tests) reads a line with [`parse_event`]
-//! into the same types, owned.
+//! Event lines: everything the service sends, one JSON object followed by
+//! `\n`. The service serializes them borrowing its own data
+//! (`Cow::Borrowed`); every client (the launcher, its HTTP server, tests)
+//! reads a line with [`parse_event`] into the same types, owned.
 
 use alloc::borrow::Cow;
 use alloc::string::String;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::BenchReport;
-use crate::request::{ErrorCode, Id};
+use crate::bench::BenchReport;
+use crate::error::ErrorCode;
+use crate::request::Id;
 
 /// Which part of the model's output a delta belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +32,17 @@ pub enum Finish {
     Length,
     /// Cancelled by `{"cancel": id}`.
     Cancelled,
+}
+
+impl Finish {
+    /// The wire name (`stop`, `length`, `cancelled`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+            Finish::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// Per-request measurements in the `done` event (a reader takes 0 for a
@@ -179,6 +190,11 @@ pub enum Event<'a> {
 }
 
 impl Event<'_> {
+    /// Whether this ends its request (everything but a delta).
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, Event::Delta(_))
+    }
+
     /// The request id the event answers.
     pub fn id(&self) -> &Id {
         match self {

@@ -1,0 +1,109 @@
+//! The one place that assembles the appliance's chat service from a model,
+//! its tokenizer and [`Settings`]: the guest image (from its command line and
+//! pack) and kore-launch's in-process placement (from its configuration) both
+//! call [`service`], so the stop rule, the limits, the budgets and the bench
+//! prompt cannot drift apart between them.
+
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use kore_engine::Model;
+use kore_service::{Clock, Config, Service};
+use kore_tokenizer::Tokenizer;
+
+use crate::bench::{BufferAlloc, NsClock, BENCH_TEXT};
+use crate::{ModelEngine, TokenizerCodec};
+
+/// How the appliance serves, besides its model and tokenizer. `None` keeps
+/// [`ModelEngine`]'s default.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// The model's name in `info` (a pack's `name`).
+    pub name: String,
+    /// The pack's `eos_token` text: a stop token besides the config's ids.
+    pub eos_token: Option<String>,
+    /// More end-of-sequence ids (a Hugging Face directory's
+    /// `generation_config.json`).
+    pub extra_eos_ids: Vec<u32>,
+    /// Context limit in tokens (prompt + generated; never above the model's).
+    pub context: Option<u32>,
+    /// KV positions the running sequences may reserve together (requests
+    /// beyond it wait); the guest's memory is sized for it.
+    pub kv_tokens: Option<usize>,
+    /// Bytes of kept session states.
+    pub session_bytes: Option<usize>,
+    /// The benchmark's clock (the guest's TSC; `Instant` natively by default).
+    pub bench_clock: Option<NsClock>,
+    /// How the benchmark allocates its read-bandwidth buffer.
+    pub bench_alloc: Option<BufferAlloc>,
+}
+
+/// Ids that end a generation: `eos_ids` (the config's end-of-sequence ids),
+/// and the tokenizer's `<|im_end|>`, `<|endoftext|>` and `eos_token` where it
+/// has them; sorted, deduplicated and below `vocab_size` (the model's, which
+/// may be larger or smaller than the tokenizer's).
+pub fn stop_ids(
+    tokenizer: Option<&Tokenizer>,
+    eos_ids: &[u32],
+    eos_token: Option<&str>,
+    vocab_size: usize,
+) -> Vec<u32> {
+    let mut ids = eos_ids.to_vec();
+    if let Some(tokenizer) = tokenizer {
+        let names = ["<|im_end|>", "<|endoftext|>"].into_iter().chain(eos_token);
+        ids.extend(names.filter_map(|t| tokenizer.token_to_id(t)));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids.retain(|&id| (id as usize) < vocab_size);
+    ids
+}
+
+/// The engine serving `model` as `settings` say, stopping at [`stop_ids`].
+pub fn engine<'m>(
+    model: &'m Model<'m>,
+    tokenizer: Option<&Tokenizer>,
+    settings: &Settings,
+) -> ModelEngine<'m> {
+    let mut eos = model.config.eos_token_ids.clone();
+    eos.extend(&settings.extra_eos_ids);
+    let stops = stop_ids(tokenizer, &eos, settings.eos_token.as_deref(), model.config.vocab_size);
+    let prompt = tokenizer.map(|t| t.encode(BENCH_TEXT)).unwrap_or_default();
+    let mut engine =
+        ModelEngine::new(model, settings.name.clone(), stops).with_bench_prompt(prompt);
+    if let Some(limit) = settings.context {
+        engine = engine.with_context_limit(limit);
+    }
+    if let Some(tokens) = settings.kv_tokens {
+        engine = engine.with_kv_token_budget(tokens);
+    }
+    if let Some(bytes) = settings.session_bytes {
+        engine = engine.with_session_budget(bytes);
+    }
+    if let Some(clock) = settings.bench_clock {
+        engine = engine.with_clock(clock);
+    }
+    if let Some(alloc) = settings.bench_alloc {
+        engine = engine.with_bench_alloc(alloc);
+    }
+    engine
+}
+
+/// The chat service over `model` and its tokenizer as `settings` say, timed
+/// with `clock`. Without a tokenizer (a bare model directory) it serves
+/// `prompt_ids` only.
+pub fn service<'m, K: Clock>(
+    model: &'m Model<'m>,
+    tokenizer: Option<Arc<Tokenizer>>,
+    settings: &Settings,
+    clock: K,
+) -> Service<ModelEngine<'m>, TokenizerCodec, K> {
+    let engine = engine(model, tokenizer.as_deref(), settings);
+    let stops = engine.stop_ids().to_vec();
+    let codec = match tokenizer {
+        Some(t) => TokenizerCodec::new(t, stops),
+        None => TokenizerCodec::ids_only(stops),
+    };
+    Service::new(engine, codec, clock, Config::default())
+}
