@@ -23,10 +23,13 @@
 extern crate alloc;
 
 pub mod bench;
+pub mod cache;
 pub mod codec;
+#[cfg(feature = "std")]
+pub mod disk;
 pub mod engine;
 mod seq;
-mod sessions;
 
+pub use cache::{CacheStats, Checkpoint, CheckpointStore, Tier};
 pub use codec::{default_stop_ids, OwnedDecoder, TokenizerCodec};
 pub use engine::ModelEngine;
