@@ -145,6 +145,20 @@ impl Writer<'_> {
             self.flush();
         }
     }
+
+    /// `N`-byte little-endian words, converted a block at a time.
+    fn words<T: Copy, const N: usize>(&mut self, xs: &[T], le: fn(T) -> [u8; N]) {
+        for block in xs.chunks(1 << 14) {
+            let at = self.buf.len();
+            self.buf.resize(at + block.len() * N, 0);
+            for (d, &x) in self.buf[at..].chunks_exact_mut(N).zip(block) {
+                d.copy_from_slice(&le(x));
+            }
+            if self.buf.len() >= 1 << 16 {
+                self.flush();
+            }
+        }
+    }
     fn flush(&mut self) {
         self.sum.update(&self.buf);
         (self.sink)(&self.buf);
@@ -164,15 +178,15 @@ pub fn encode(
 ) {
     let mut w = Writer { sink, sum: Checksum::new(0), buf: Vec::with_capacity(1 << 17) };
     w.bytes(&header(id, tokens));
-    tokens.iter().for_each(|t| w.bytes(&t.to_le_bytes()));
-    fixed.floats().iter().for_each(|x| w.bytes(&x.to_le_bytes()));
+    w.words(tokens, u32::to_le_bytes);
+    w.words(fixed.floats(), f32::to_le_bytes);
     for layer in 0..id.shape.attention_layers {
         for side in 0..2 {
             for s in spans {
                 let (k, v) = &s.layers()[layer];
                 match if side == 0 { k } else { v } {
-                    Kv::F32(x) => x.iter().for_each(|x| w.bytes(&x.to_le_bytes())),
-                    Kv::F16(x) => x.iter().for_each(|x| w.bytes(&x.to_le_bytes())),
+                    Kv::F32(x) => w.words(x, f32::to_le_bytes),
+                    Kv::F16(x) => w.words(x, u16::to_le_bytes),
                 }
             }
         }
