@@ -46,7 +46,7 @@ use kore_service::{
 };
 
 use crate::bench::{self, NsClock};
-use crate::cache::{CacheStats, CheckpointStore, PrefixCache, Tier};
+use crate::cache::{CheckpointStore, PrefixCache};
 use crate::seq::{Phase, Seq};
 
 mod prefix;
@@ -150,51 +150,6 @@ impl<'m> ModelEngine<'m> {
     pub fn with_kv_token_budget(mut self, tokens: usize) -> Self {
         self.kv_token_budget = Some(tokens.max(1));
         self
-    }
-
-    /// Keeps at most `bytes` of checkpoints in memory (docs/protocol.md,
-    /// "Prefix cache"; counted by `kore_engine::snapshot::Shape`); least
-    /// recently used checkpoints are dropped beyond it. `0` turns the
-    /// cache off.
-    pub fn with_cache_budget(mut self, bytes: usize) -> Self {
-        self.cache.set_budget(bytes);
-        self
-    }
-
-    /// The former name of [`Self::with_cache_budget`] (named sessions are
-    /// served by the prefix cache now).
-    pub fn with_session_budget(self, bytes: usize) -> Self {
-        self.with_cache_budget(bytes)
-    }
-
-    /// Checkpoints a long prompt every `tokens` positions (rounded up to a
-    /// multiple of the prefill chunk; at least one chunk).
-    pub fn with_checkpoint_interval(mut self, tokens: usize) -> Self {
-        self.checkpoint_interval = tokens.max(1);
-        self
-    }
-
-    /// Persists checkpoints to `store` and looks there for prompts the
-    /// memory tier has no checkpoint for; `pack` names the weights in the
-    /// checkpoint files (e.g. the pack's digest).
-    pub fn with_store(
-        mut self,
-        store: alloc::boxed::Box<dyn CheckpointStore + 'm>,
-        pack: [u8; 32],
-    ) -> Self {
-        self.store = Some((store, pack));
-        self
-    }
-
-    /// The prefix cache's counters.
-    pub fn cache_stats(&self) -> CacheStats {
-        self.cache.stats.clone()
-    }
-
-    /// Prompt tokens of running sequence `seq` served from the cache so far,
-    /// and the tier they came from (`None`: none).
-    pub fn served_from(&self, seq: SeqId) -> Option<(u32, Option<Tier>)> {
-        self.seqs.get(&seq).map(|s| s.served)
     }
 
     /// Prefills at most `tokens` prompt tokens of a sequence per step, so

@@ -10,10 +10,11 @@
 //! see also `cache_exactness.rs` for 64 prompts sharing prefixes.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use kore_appliance::{default_stop_ids, ModelEngine, TokenizerCodec};
+use kore_appliance::{default_stop_ids, Checkpoint, CheckpointStore, ModelEngine, TokenizerCodec};
 use kore_engine::hf::HfModelDir;
+use kore_engine::snapshot::file::{Decoded, Identity};
 use kore_engine::Model;
 use kore_service::host::StdClock;
 use kore_service::{Config, Service};
@@ -237,4 +238,59 @@ fn svc_probe(model: &Model<'_>, req: &Value) -> Value {
     other["messages"][1]["content"] = json!("Something else entirely.");
     ask(&mut svc, other);
     ask(&mut svc, req.clone())
+}
+
+/// A store that keeps checkpoint files as bytes (as a host would keep a
+/// guest's) and never offers any back by itself.
+struct Collect(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl CheckpointStore for Collect {
+    fn persist(&mut self, checkpoint: Checkpoint) {
+        self.0.lock().unwrap().push(checkpoint.to_bytes());
+    }
+
+    fn fetch(
+        &mut self,
+        _: &[u32],
+        _: usize,
+        _: &dyn Fn(usize) -> bool,
+        _: &Identity,
+    ) -> Option<Decoded> {
+        None
+    }
+}
+
+#[test]
+fn checkpoints_handed_over_as_bytes_serve_another_engine() {
+    let hf = HfModelDir::open(&tiny_dir()).unwrap();
+    let model = hf.model().unwrap();
+    let tok = Arc::new(Tokenizer::from_file(tiny_dir().join("tokenizer.json")).unwrap());
+    let stops = default_stop_ids(&tok, &model.config.eos_token_ids, model.config.vocab_size);
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let engine = |kept: &Arc<Mutex<Vec<Vec<u8>>>>| {
+        ModelEngine::new(&model, "tiny", stops.clone())
+            .with_store(Box::new(Collect(Arc::clone(kept))), [9; 32])
+    };
+    let codec = TokenizerCodec::new(Arc::clone(&tok), stops.clone());
+    let mut first = Service::new(engine(&kept), codec.clone(), StdClock::new(), Config::default());
+    let reqs = system_chats(2, "Thou art a player in a Shakespeare play.");
+    ask(&mut first, reqs[0].clone());
+    let files = kept.lock().unwrap().clone();
+    assert!(files.len() >= 3, "boundaries and the prompt's end: {}", files.len());
+    let mut second = engine(&Arc::new(Mutex::new(Vec::new())));
+    for f in &files {
+        assert!(second.offer(f).unwrap() > 0);
+    }
+    let mut bad = files[0].clone();
+    bad[200] ^= 1;
+    assert!(second.offer(&bad).is_err(), "a damaged file is refused");
+    let other = ModelEngine::new(&model, "tiny", stops.clone())
+        .with_store(Box::new(Collect(Arc::new(Mutex::new(Vec::new())))), [8; 32]);
+    let mut other = other;
+    assert!(other.offer(&files[0]).is_err(), "another pack's file is refused");
+    let mut svc = Service::new(second, codec, StdClock::new(), Config::default());
+    let a = ask(&mut svc, reqs[1].clone());
+    assert_eq!(a["token_ids"], ask(&mut service(&model, Some(0)), reqs[1].clone())["token_ids"]);
+    assert!(cached(&a) > 10, "{a}");
+    assert_eq!(svc.engine().cache_stats().hits_disk, 1, "handed-over checkpoints count as disk");
 }
