@@ -158,3 +158,25 @@ impl Seq<'_> {
         self.max_tokens.saturating_sub(self.generated) as usize
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::plan;
+
+    #[test]
+    fn plans_cut_at_chunk_multiples_and_wanted_positions_where_exact() {
+        // Absolute chunk multiples, a boundary, the end.
+        assert_eq!(plan(0, 1300, 512, &[700]), (vec![512, 700, 1024, 1300], vec![700, 1300]));
+        // From a checkpoint at 600: the next multiple, not 600 + 512.
+        assert_eq!(plan(600, 1300, 512, &[]).0, vec![1024, 1300]);
+        // Past 2048 no call of 16 tokens or fewer: 2560 + 10 and the 2555
+        // boundary are left out, the call before runs on.
+        let (cuts, stops) = plan(0, 2570, 512, &[2555, 2570]);
+        assert_eq!(cuts, vec![512, 1024, 1536, 2048, 2570]);
+        assert_eq!(stops, vec![2570]);
+        // Below 2048 short calls are exact.
+        assert_eq!(plan(0, 530, 512, &[]).0, vec![512, 530]);
+        // Without wanted positions there are no checkpoints.
+        assert!(plan(0, 100, 512, &[]).1.is_empty());
+    }
+}
