@@ -72,8 +72,24 @@ struct Index {
 }
 
 enum Job {
-    Write(Checkpoint),
+    Write(Item),
     Flush(SyncSender<()>),
+}
+
+/// What the writer writes: a checkpoint of this process's engine, or a
+/// checked file another one made (a guest's, handed over).
+enum Item {
+    Checkpoint(Checkpoint),
+    File { tokens: Vec<u32>, bytes: Vec<u8> },
+}
+
+impl Item {
+    fn tokens(&self) -> &[u32] {
+        match self {
+            Item::Checkpoint(cp) => cp.tokens(),
+            Item::File { tokens, .. } => tokens,
+        }
+    }
 }
 
 /// The disk tier of one pack: a directory of checkpoint files, an index of
@@ -311,21 +327,22 @@ fn read_tokens(path: &Path, id: &Identity) -> Result<Vec<u32>, String> {
 fn write_loop(dir: &Path, index: &Mutex<Index>, jobs: &Receiver<Job>) {
     let mut n = 0u64;
     for job in jobs {
-        let cp = match job {
-            Job::Write(cp) => cp,
+        let item = match job {
+            Job::Write(item) => item,
             Job::Flush(done) => {
                 let _ = done.send(());
                 continue;
             }
         };
-        if lock(index).entries.iter().any(|e| e.tokens == cp.tokens()) {
+        if lock(index).entries.iter().any(|e| e.tokens == item.tokens()) {
             continue;
         }
         n += 1;
         let tmp = dir.join(format!(".tmp-{}-{n}", std::process::id()));
-        let name = format!("{}-{:016x}.ckpt", cp.tokens().len(), file::tokens_hash(cp.tokens()));
+        let name =
+            format!("{}-{:016x}.ckpt", item.tokens().len(), file::tokens_hash(item.tokens()));
         let path = dir.join(name);
-        let result = write_file(&tmp, &cp).and_then(|bytes| {
+        let result = write_file(&tmp, &item).and_then(|bytes| {
             fs::rename(&tmp, &path)?;
             Ok(bytes)
         });
@@ -334,7 +351,7 @@ fn write_loop(dir: &Path, index: &Mutex<Index>, jobs: &Receiver<Job>) {
             Ok(bytes) => {
                 ix.clock += 1;
                 let used = ix.clock;
-                ix.add(cp.tokens().to_vec(), path, bytes, used);
+                ix.add(item.tokens().to_vec(), path, bytes, used);
                 ix.stats.written += 1;
                 ix.evict();
             }
@@ -347,18 +364,22 @@ fn write_loop(dir: &Path, index: &Mutex<Index>, jobs: &Receiver<Job>) {
     }
 }
 
-/// Writes `cp`'s file at `path` (mode 0600); its size.
-fn write_file(path: &Path, cp: &Checkpoint) -> io::Result<u64> {
+/// Writes `item`'s file at `path` (mode 0600); its size.
+fn write_file(path: &Path, item: &Item) -> io::Result<u64> {
     let f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
     let mut w = BufWriter::with_capacity(1 << 20, f);
     let mut err = None;
     let mut bytes = 0u64;
-    cp.encode(&mut |b| {
+    let mut sink = |b: &[u8]| {
         if err.is_none() {
             bytes += b.len() as u64;
             err = w.write_all(b).err();
         }
-    });
+    };
+    match item {
+        Item::Checkpoint(cp) => cp.encode(&mut sink),
+        Item::File { bytes, .. } => sink(bytes),
+    }
     if let Some(e) = err {
         return Err(e);
     }
@@ -366,12 +387,80 @@ fn write_file(path: &Path, cp: &Checkpoint) -> io::Result<u64> {
     Ok(bytes)
 }
 
-impl CheckpointStore for DiskTier {
-    fn persist(&mut self, checkpoint: Checkpoint) {
+impl DiskTier {
+    fn queue(&self, item: Item) {
         let Some(jobs) = &self.jobs else { return };
-        if let Err(TrySendError::Full(_)) = jobs.try_send(Job::Write(checkpoint)) {
+        if let Err(TrySendError::Full(_)) = jobs.try_send(Job::Write(item)) {
             lock(&self.index).stats.dropped += 1;
         }
+    }
+
+    /// Keeps a checkpoint file another engine made (a guest's, handed to
+    /// the host): checked whole against this tier's identity first, then
+    /// queued for the writer like [`CheckpointStore::persist`].
+    pub fn persist_bytes(&self, bytes: Vec<u8>) -> Result<(), file::FileError> {
+        let tokens = file::decode(&bytes, &self.identity)?.tokens;
+        self.queue(Item::File { tokens, bytes });
+        Ok(())
+    }
+
+    /// The file [`CheckpointStore::fetch`] would use for `prompt`, as bytes
+    /// (checked whole), to hand to an engine elsewhere (`ModelEngine::offer`).
+    pub fn fetch_bytes(
+        &self,
+        prompt: &[u32],
+        deeper_than: usize,
+        usable: &dyn Fn(usize) -> bool,
+    ) -> Option<Vec<u8>> {
+        self.find(prompt, deeper_than, usable).map(|(bytes, _)| bytes)
+    }
+
+    /// The deepest usable file for `prompt`, read and checked; bad files
+    /// met on the way are rejected.
+    fn find(
+        &self,
+        prompt: &[u32],
+        deeper_than: usize,
+        usable: &dyn Fn(usize) -> bool,
+    ) -> Option<(Vec<u8>, Decoded)> {
+        loop {
+            let path = {
+                let ix = lock(&self.index);
+                let fits = |e: &&Entry| {
+                    let n = e.tokens.len();
+                    n > deeper_than && usable(n) && prompt.starts_with(&e.tokens)
+                };
+                ix.entries.iter().filter(fits).max_by_key(|e| e.tokens.len())?.path.clone()
+            };
+            let Ok(bytes) = fs::read(&path) else {
+                // Gone (another process's budget): not a bad file.
+                lock(&self.index).forget(&path);
+                continue;
+            };
+            let mut ix = lock(&self.index);
+            match file::decode(&bytes, &self.identity) {
+                Ok(d) => {
+                    ix.clock += 1;
+                    let now = ix.clock;
+                    if let Some(e) = ix.entries.iter_mut().find(|e| e.path == path) {
+                        e.used = now;
+                    }
+                    ix.stats.loaded += 1;
+                    drop(ix);
+                    if let Ok(f) = File::options().write(true).open(&path) {
+                        let _ = f.set_modified(SystemTime::now());
+                    }
+                    return Some((bytes, d));
+                }
+                Err(e) => ix.reject(&path, &e),
+            }
+        }
+    }
+}
+
+impl CheckpointStore for DiskTier {
+    fn persist(&mut self, checkpoint: Checkpoint) {
+        self.queue(Item::Checkpoint(checkpoint));
     }
 
     fn fetch(
@@ -384,40 +473,6 @@ impl CheckpointStore for DiskTier {
         if *identity != self.identity {
             return None;
         }
-        loop {
-            let path = {
-                let ix = lock(&self.index);
-                let fits = |e: &&Entry| {
-                    let n = e.tokens.len();
-                    n > deeper_than && usable(n) && prompt.starts_with(&e.tokens)
-                };
-                ix.entries.iter().filter(fits).max_by_key(|e| e.tokens.len())?.path.clone()
-            };
-            let bytes = match fs::read(&path) {
-                Ok(b) => b,
-                Err(_) => {
-                    // Gone (another process's budget): not a bad file.
-                    lock(&self.index).forget(&path);
-                    continue;
-                }
-            };
-            let mut ix = lock(&self.index);
-            match file::decode(&bytes, identity) {
-                Ok(d) => {
-                    ix.clock += 1;
-                    let now = ix.clock;
-                    if let Some(e) = ix.entries.iter_mut().find(|e| e.path == path) {
-                        e.used = now;
-                    }
-                    ix.stats.loaded += 1;
-                    drop(ix);
-                    if let Ok(f) = File::options().write(true).open(&path) {
-                        let _ = f.set_modified(SystemTime::now());
-                    }
-                    return Some(d);
-                }
-                Err(e) => ix.reject(&path, &e),
-            }
-        }
+        self.find(prompt, deeper_than, usable).map(|(_, d)| d)
     }
 }

@@ -7,11 +7,12 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use kore_appliance::disk::{DiskStatsHandle, DiskTier, Flusher};
-use kore_appliance::{default_stop_ids, ModelEngine, TokenizerCodec};
+use kore_appliance::{default_stop_ids, Checkpoint, CheckpointStore, ModelEngine, TokenizerCodec};
 use kore_engine::hf::HfModelDir;
+use kore_engine::snapshot::file::Decoded;
 use kore_engine::snapshot::file::Identity;
 use kore_engine::snapshot::Shape;
 use kore_engine::state::KvPrecision;
@@ -196,4 +197,73 @@ fn the_directory_stays_within_its_budget() {
         .sum();
     assert_eq!(on_disk, s.bytes);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A guest's side of the hand-over: checkpoints become bytes to send.
+struct Outbox(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl CheckpointStore for Outbox {
+    fn persist(&mut self, checkpoint: Checkpoint) {
+        self.0.lock().unwrap().push(checkpoint.to_bytes());
+    }
+
+    fn fetch(
+        &mut self,
+        _: &[u32],
+        _: usize,
+        _: &dyn Fn(usize) -> bool,
+        _: &Identity,
+    ) -> Option<Decoded> {
+        None
+    }
+}
+
+#[test]
+fn checkpoint_bytes_go_to_disk_and_back_to_another_engine() {
+    let hf = HfModelDir::open(&tiny_dir()).unwrap();
+    let model = hf.model().unwrap();
+    let root = scratch("bytes");
+    let tok = Arc::new(Tokenizer::from_file(tiny_dir().join("tokenizer.json")).unwrap());
+    let stops = default_stop_ids(&tok, &model.config.eos_token_ids, model.config.vocab_size);
+    let outbox = Arc::new(Mutex::new(Vec::new()));
+    let engine = ModelEngine::new(&model, "tiny", stops.clone())
+        .with_store(Box::new(Outbox(Arc::clone(&outbox))), [5; 32]);
+    let codec = TokenizerCodec::new(Arc::clone(&tok), stops.clone());
+    let mut guest = Service::new(engine, codec.clone(), StdClock::new(), Config::default());
+    let prompt: Vec<u32> = (0..300).map(|i| (i * 31 % 4000) as u32).collect();
+    ask(&mut guest, &json!({"prompt_ids": prompt, "max_tokens": 4}));
+    let files = outbox.lock().unwrap().clone();
+    assert!(!files.is_empty());
+    // The host keeps them.
+    let host = DiskTier::open(&root, identity(&model, 5), 1 << 30).unwrap();
+    for f in files {
+        host.persist_bytes(f).unwrap();
+    }
+    let mut bad = host_file_bytes(&host);
+    bad[100] ^= 2;
+    assert!(host.persist_bytes(bad).is_err(), "a damaged file is refused");
+    host.flush();
+    drop(host);
+    // A later boot: the host finds the deepest file for a longer prompt and hands it over.
+    let host = DiskTier::open(&root, identity(&model, 5), 1 << 30).unwrap();
+    let mut longer = prompt.clone();
+    longer.extend([7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24]);
+    let usable = |n: usize| n < longer.len();
+    let bytes = host.fetch_bytes(&longer, 0, &usable).expect("a file for the prompt");
+    let mut engine = ModelEngine::new(&model, "tiny", stops.clone())
+        .with_store(Box::new(Outbox(Arc::new(Mutex::new(Vec::new())))), [5; 32]);
+    assert!(engine.offer(&bytes).unwrap() >= 300);
+    let mut svc = Service::new(engine, codec, StdClock::new(), Config::default());
+    let req = json!({"prompt_ids": longer, "max_tokens": 4});
+    let a = ask(&mut svc, &req);
+    let (mut uncached, _) = service(&model, None, 5, 0);
+    assert_eq!(a["token_ids"], ask(&mut uncached, &req)["token_ids"]);
+    assert!(cached(&a) >= 300, "{a}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Any one file of `host`'s directory.
+fn host_file_bytes(host: &DiskTier) -> Vec<u8> {
+    host.flush();
+    std::fs::read(&files(host.dir())[0]).unwrap()
 }
