@@ -79,12 +79,18 @@ pub struct CacheStats {
 /// spans covering it and the fixed part, shared with the memory tier (no
 /// copy is made on the engine's thread; [`Checkpoint::encode`] serializes
 /// it in the checkpoint file format wherever the store likes).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Checkpoint {
     tokens: Vec<u32>,
     spans: Vec<Arc<KvSpan>>,
     fixed: Arc<Fixed>,
     identity: Identity,
+}
+
+impl core::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Checkpoint").field("tokens", &self.tokens.len()).finish_non_exhaustive()
+    }
 }
 
 impl Checkpoint {

@@ -15,6 +15,9 @@
 //!   [`kore_tokenizer::Tokenizer`] (raw prompts, the Qwen3.5 chat template with
 //!   thinking on/off, stop ids) with [`OwnedDecoder`], a streaming decoder that
 //!   owns a reference-counted handle to the tokenizer instead of borrowing it.
+//! - [`cache`]: the automatic prefix cache's memory tier (a radix tree of
+//!   checkpoints under a byte budget) and the [`CheckpointStore`] seam; with
+//!   feature `std`, `disk`: the disk tier (checkpoint files, writer thread).
 //!
 //! A service is then `Service::new(engine, codec, clock, config)` with the
 //! transport's clock (TSC in the guest, `StdClock` on the host).
