@@ -1,6 +1,6 @@
 //! The disk tier of the prefix cache (feature `std`): checkpoint files
 //! (kore-engine's `snapshot::file` format) under
-//! `$XDG_CACHE_HOME/kore/<pack identity>/` (else `~/.cache/kore/...`),
+//! `$XDG_CACHE_HOME/kore/<pack identity>/<KV precision>/` (else `~/.cache/kore/...`),
 //! directories 0700 and files 0600, found again by any later process.
 //!
 //! - Writing is off the engine's thread: [`DiskTier::persist`] queues the
@@ -167,11 +167,12 @@ impl Index {
 }
 
 impl DiskTier {
-    /// Opens (creating, 0700) `root/<hex of identity.pack>/`, indexes the
+    /// Opens (creating, 0700) `root/<hex of identity.pack>/<f32|f16>/` (the
+    /// KV precision: files of the other one stay for when it is back), indexes the
     /// checkpoint files there (bad ones are ignored and deleted with a
     /// warning), keeps at most `budget` bytes, and starts the writer.
     pub fn open(root: &Path, identity: Identity, budget: u64) -> io::Result<DiskTier> {
-        let dir = root.join(hex(&identity.pack));
+        let dir = root.join(hex(&identity.pack)).join(identity.kv.name());
         fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
         let stats = DiskStats { budget, ..DiskStats::default() };
         let mut index = Index { entries: Vec::new(), clock: 0, stats, warned: HashSet::new() };

@@ -104,7 +104,7 @@ fn populate(model: &Model<'_>, root: &Path, pack: u8) -> PathBuf {
     let (stats, flusher) = handles.unwrap();
     flusher.flush();
     assert!(stats.get().written >= 2, "{:?}", stats.get());
-    root.join(format!("{:02x}", pack).repeat(32))
+    root.join(format!("{:02x}", pack).repeat(32)).join(KvPrecision::initial().name())
 }
 
 #[test]
@@ -115,6 +115,7 @@ fn a_new_engine_finds_the_checkpoints_on_disk() {
     let dir = populate(&model, &root, 1);
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(dir.parent().unwrap()), 0o700);
     assert!(files(&dir).iter().all(|f| mode(f) == 0o600));
     let (mut uncached, _) = service(&model, None, 1, 0);
     let (mut svc, handles) = service(&model, Some(&root), 1, 1 << 30);
@@ -191,7 +192,7 @@ fn the_directory_stays_within_its_budget() {
     }
     let s = stats.get();
     assert!(s.evictions > 0 && s.written > 3, "{s:?}");
-    let on_disk: u64 = files(&root.join("04".repeat(32)))
+    let on_disk: u64 = files(&root.join("04".repeat(32)).join(KvPrecision::initial().name()))
         .iter()
         .map(|f| std::fs::metadata(f).unwrap().len())
         .sum();
