@@ -74,6 +74,7 @@ struct Index {
 enum Job {
     Write(Item),
     Flush(SyncSender<()>),
+    Stop,
 }
 
 /// What the writer writes: a checkpoint of this process's engine, or a
@@ -249,6 +250,7 @@ impl std::fmt::Debug for Job {
         f.write_str(match self {
             Job::Write(_) => "Write",
             Job::Flush(_) => "Flush",
+            Job::Stop => "Stop",
         })
     }
 }
@@ -261,8 +263,12 @@ impl Flusher {
 }
 
 impl Drop for DiskTier {
+    /// Writes what is queued, then stops the writer ([`Flusher`]s left
+    /// behind return at once from then on).
     fn drop(&mut self) {
-        drop(self.jobs.take());
+        if let Some(jobs) = self.jobs.take() {
+            let _ = jobs.send(Job::Stop);
+        }
         if let Some(w) = self.writer.take() {
             let _ = w.join();
         }
@@ -334,6 +340,7 @@ fn write_loop(dir: &Path, index: &Mutex<Index>, jobs: &Receiver<Job>) {
                 let _ = done.send(());
                 continue;
             }
+            Job::Stop => return,
         };
         if lock(index).entries.iter().any(|e| e.tokens == item.tokens()) {
             continue;
@@ -476,4 +483,85 @@ impl CheckpointStore for DiskTier {
         }
         self.find(prompt, deeper_than, usable).map(|(_, d)| d)
     }
+}
+
+/// One pack's checkpoint files (all KV precisions), for `kore-launch cache`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackUsage {
+    /// The pack identity in hex (the directory's name).
+    pub pack: String,
+    /// Checkpoint files.
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// When the most recently used one was last used (written or read).
+    pub newest: Option<SystemTime>,
+}
+
+/// The checkpoint files under `root` (e.g. [`default_root`]) per pack,
+/// largest first; nothing when `root` does not exist.
+pub fn usage(root: &Path) -> io::Result<Vec<PackUsage>> {
+    let mut out = Vec::new();
+    let Ok(packs) = fs::read_dir(root) else { return Ok(out) };
+    for pack in packs {
+        let pack = pack?;
+        if !pack.file_type()?.is_dir() {
+            continue;
+        }
+        let mut u = PackUsage {
+            pack: pack.file_name().to_string_lossy().into_owned(),
+            files: 0,
+            bytes: 0,
+            newest: None,
+        };
+        for f in checkpoint_files(&pack.path())? {
+            let meta = fs::metadata(&f)?;
+            u.files += 1;
+            u.bytes += meta.len();
+            u.newest = u.newest.max(meta.modified().ok());
+        }
+        out.push(u);
+    }
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.pack.cmp(&b.pack)));
+    Ok(out)
+}
+
+/// Deletes the checkpoint files under `root` (only those of `pack`, a
+/// directory name from [`usage`], when given) and the directories they
+/// leave empty; the bytes freed.
+pub fn clear(root: &Path, pack: Option<&str>) -> io::Result<u64> {
+    let mut freed = 0;
+    for u in usage(root)? {
+        if pack.is_some_and(|p| p != u.pack) {
+            continue;
+        }
+        let dir = root.join(&u.pack);
+        for f in checkpoint_files(&dir)? {
+            freed += fs::metadata(&f)?.len();
+            fs::remove_file(&f)?;
+        }
+        for sub in fs::read_dir(&dir)? {
+            let _ = fs::remove_dir(sub?.path());
+        }
+        let _ = fs::remove_dir(&dir);
+    }
+    Ok(freed)
+}
+
+/// `*.ckpt` files in the precision directories under a pack directory.
+fn checkpoint_files(pack_dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for kv in fs::read_dir(pack_dir)? {
+        let kv = kv?;
+        if !kv.file_type()?.is_dir() {
+            continue;
+        }
+        for f in fs::read_dir(kv.path())? {
+            let p = f?.path();
+            if p.extension().is_some_and(|e| e == "ckpt") {
+                out.push(p);
+            }
+        }
+    }
+    Ok(out)
 }

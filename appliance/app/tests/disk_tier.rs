@@ -192,11 +192,25 @@ fn the_directory_stays_within_its_budget() {
     }
     let s = stats.get();
     assert!(s.evictions > 0 && s.written > 3, "{s:?}");
+    // What `kore-launch cache` shows and clears.
+    let listed = kore_appliance::disk::usage(&root).unwrap();
+    let mine = listed.iter().find(|u| u.pack == "04".repeat(32)).unwrap();
+    assert_eq!(
+        (mine.files as u64, mine.bytes),
+        (
+            files(&root.join("04".repeat(32)).join(KvPrecision::initial().name())).len() as u64,
+            s.bytes
+        )
+    );
+    assert!(mine.newest.is_some());
     let on_disk: u64 = files(&root.join("04".repeat(32)).join(KvPrecision::initial().name()))
         .iter()
         .map(|f| std::fs::metadata(f).unwrap().len())
         .sum();
     assert_eq!(on_disk, s.bytes);
+    drop(svc);
+    assert_eq!(kore_appliance::disk::clear(&root, Some(&"04".repeat(32))).unwrap(), on_disk);
+    assert!(kore_appliance::disk::usage(&root).unwrap().is_empty());
     let _ = std::fs::remove_dir_all(&root);
 }
 
