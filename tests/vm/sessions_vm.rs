@@ -1,8 +1,10 @@
-//! Sessions in the Kore guest: a 10-turn chat on the default pack against an
-//! appliance kept up with `kore-launch up`, one `batch` run per turn (each a
-//! new process attaching to it). Turn k's `cached_tokens` covers the earlier
-//! turns (up to the previous generation prompt's `<think>`), and each answer
-//! equals a fresh request of the same conversation without a session.
+//! The prefix cache in the Kore guest: a 10-turn chat on the default pack
+//! against an appliance kept up with `kore-launch up`, one `batch` run per
+//! turn (each a new process attaching to it; a `session` name on odd turns,
+//! which changes nothing). Turn k's `cached_tokens` covers the earlier turns
+//! (up to the previous generation prompt's `<think>`), and each answer equals
+//! an uncached run of the same conversation (a one-line `batch --native`: a
+//! new process whose cache starts empty).
 //! Also `bench --concurrency` in the guest and natively. Needs the guest
 //! images and KVM (fails, never skips, without them).
 
@@ -22,12 +24,17 @@ fn kore(args: &[&str], runtime: &Path) -> std::process::Output {
     cmd.output().expect("run kore-launch")
 }
 
-/// Runs one request line through `batch` (attached to the appliance).
-fn ask(line: &Value, dir: &Path, runtime: &Path) -> Value {
+/// Runs one request line through `batch` (attached to the appliance, or
+/// natively in a new process with `native`: the pack).
+fn ask(line: &Value, dir: &Path, runtime: &Path, native: Option<&str>) -> Value {
     let (input, output) = (dir.join("in.jsonl"), dir.join("out.jsonl"));
     std::fs::write(&input, format!("{line}\n")).unwrap();
     let _ = std::fs::remove_file(&output);
-    let o = kore(&["batch", input.to_str().unwrap(), "-o", output.to_str().unwrap()], runtime);
+    let mut args = vec!["batch", input.to_str().unwrap(), "-o", output.to_str().unwrap()];
+    if let Some(pack) = native {
+        args.extend(["--native", "--model", pack]);
+    }
+    let o = kore(&args, runtime);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let row: Value =
         serde_json::from_str(std::fs::read_to_string(&output).unwrap().trim()).unwrap();
@@ -53,10 +60,12 @@ fn ten_turn_chat_in_the_guest_reuses_earlier_turns() {
         messages.push(json!({"role": "user", "content": format!("Turn {k}: what news?")}));
         let fresh = json!({"id": k, "messages": messages, "thinking": false, "max_tokens": 10});
         let mut with = fresh.clone();
-        with["session"] = json!("vm-chat");
-        let a = ask(&with, dir.path(), &runtime);
-        let b = ask(&fresh, dir.path(), &runtime);
-        assert_eq!(a["token_ids"], b["token_ids"], "turn {k}: session vs fresh prefill");
+        if k % 2 == 1 {
+            with["session"] = json!("vm-chat");
+        }
+        let a = ask(&with, dir.path(), &runtime, None);
+        let b = ask(&fresh, dir.path(), &runtime, Some(pack.as_str()));
+        assert_eq!(a["token_ids"], b["token_ids"], "turn {k}: guest (cached) vs uncached");
         let cached = a["stats"]["cached_tokens"].as_u64().unwrap();
         let prompt = a["stats"]["prompt_tokens"].as_u64().unwrap();
         eprintln!("guest turn {k}: prompt {prompt} tokens, {cached} cached");

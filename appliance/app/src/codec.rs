@@ -22,6 +22,8 @@ pub struct TokenizerCodec {
     template: Result<ChatTemplate, String>,
     stop_ids: Vec<u32>,
     think: Option<(u32, u32)>,
+    /// `<|im_start|>`, where every chat message begins.
+    im_start: Option<u32>,
 }
 
 impl TokenizerCodec {
@@ -31,14 +33,15 @@ impl TokenizerCodec {
     pub fn new(tokenizer: Arc<Tokenizer>, stop_ids: Vec<u32>) -> Self {
         let template = ChatTemplate::new(&tokenizer).map_err(|e| e.to_string());
         let think = tokenizer.token_to_id("<think>").zip(tokenizer.token_to_id("</think>"));
-        Self { tokenizer: Some(tokenizer), template, stop_ids, think }
+        let im_start = tokenizer.token_to_id("<|im_start|>");
+        Self { tokenizer: Some(tokenizer), template, stop_ids, think, im_start }
     }
 
     /// A codec for a model without a tokenizer: it serves `prompt_ids` only
     /// (text prompts and chats are refused, saying so) and streams no text.
     pub fn ids_only(stop_ids: Vec<u32>) -> Self {
         let template = Err(String::from("the model has no tokenizer"));
-        Self { tokenizer: None, template, stop_ids, think: None }
+        Self { tokenizer: None, template, stop_ids, think: None, im_start: None }
     }
 
     /// The shared tokenizer, if the model has one.
@@ -93,6 +96,15 @@ impl Codec for TokenizerCodec {
 
     fn think_ids(&self) -> Option<(u32, u32)> {
         self.think
+    }
+
+    /// Every `<|im_start|>` after the first token opens a message (the
+    /// template's, or one written into a raw prompt): the previous message
+    /// ends just before it.
+    fn boundaries(&self, prompt: &[u32]) -> Vec<u32> {
+        let Some(open) = self.im_start else { return Vec::new() };
+        let at = prompt.iter().enumerate().skip(1).filter(|&(_, &t)| t == open);
+        at.filter_map(|(i, _)| u32::try_from(i).ok()).collect()
     }
 }
 

@@ -18,6 +18,12 @@
 //!   plus a bonus token (greedy output equals plain decoding).
 //! - `finish` (end, cancel or failure) drops the sequence, keeping its state's
 //!   allocations for the next one.
+//! - the prefix cache ([`crate::cache`], [`prefix`]): `start` resumes from the
+//!   deepest usable checkpoint of the prompt (memory, else the store), or
+//!   waits for a running sequence about to checkpoint a longer shared
+//!   prefix; plain sequences checkpoint at message boundaries, every
+//!   checkpoint interval, the prompt's end and (raw prompts) the
+//!   generation's end.
 //!
 //! Stop tokens end a request in the service (the codec's stop ids); the
 //! engine also refuses to step a sequence past one, or past `max_tokens` or
@@ -40,8 +46,10 @@ use kore_service::{
 };
 
 use crate::bench::{self, BufferAlloc, NsClock};
+use crate::cache::{CheckpointStore, PrefixCache};
 use crate::seq::{Phase, Seq};
-use crate::sessions::{Checkpoint, Sessions};
+
+mod prefix;
 
 /// Sequences run together by default (see [`ModelEngine::with_max_sequences`]).
 pub const DEFAULT_MAX_SEQUENCES: usize = 8;
@@ -49,8 +57,12 @@ pub const DEFAULT_MAX_SEQUENCES: usize = 8;
 /// Prompt tokens one sequence prefills per step by default.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 
-/// Bytes of kept session states by default (see [`ModelEngine::with_session_budget`]).
-pub const DEFAULT_SESSION_BYTES: usize = 512 << 20;
+/// Bytes of the prefix cache's memory tier by default (see [`ModelEngine::with_cache_budget`]).
+pub const DEFAULT_CACHE_BYTES: usize = 512 << 20;
+
+/// Prompt positions between checkpoints inside long prompts by default
+/// (see [`ModelEngine::with_checkpoint_interval`]).
+pub const DEFAULT_CHECKPOINT_INTERVAL: usize = 2048;
 
 /// The real engine behind the chat service: a model (borrowed for `'m`, so
 /// that a speculative decoder can borrow it too), the running sequences, the
@@ -65,7 +77,9 @@ pub struct ModelEngine<'m> {
     /// KV positions all running sequences may reserve together (`None`: no limit).
     kv_token_budget: Option<usize>,
     prefill_chunk: usize,
-    sessions: Sessions,
+    cache: PrefixCache,
+    checkpoint_interval: usize,
+    store: Option<(alloc::boxed::Box<dyn CheckpointStore + 'm>, [u8; 32])>,
     stop_ids: Vec<u32>,
     context_limit: u32,
     default_mtp: u32,
@@ -98,7 +112,12 @@ impl<'m> ModelEngine<'m> {
             max_sequences: DEFAULT_MAX_SEQUENCES,
             kv_token_budget: None,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
-            sessions: Sessions::new(DEFAULT_SESSION_BYTES),
+            cache: PrefixCache::new(
+                kore_engine::snapshot::Shape::of(&model.config),
+                DEFAULT_CACHE_BYTES,
+            ),
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
+            store: None,
             stop_ids,
             context_limit: limit,
             default_mtp: 0,
@@ -129,18 +148,6 @@ impl<'m> ModelEngine<'m> {
     pub fn with_kv_token_budget(mut self, tokens: usize) -> Self {
         self.kv_token_budget = Some(tokens.max(1));
         self
-    }
-
-    /// Keeps at most `bytes` of session states (docs/protocol.md,
-    /// "Sessions"); least recently used sessions are dropped beyond it.
-    pub fn with_session_budget(mut self, bytes: usize) -> Self {
-        self.sessions.set_budget(bytes);
-        self
-    }
-
-    /// Sessions kept now and the bytes of their states.
-    pub fn kept_sessions(&self) -> (usize, usize) {
-        (self.sessions.len(), self.sessions.bytes())
     }
 
     /// Prefills at most `tokens` prompt tokens of a sequence per step, so
@@ -314,39 +321,35 @@ impl Engine for ModelEngine<'_> {
                 self.context_limit
             )));
         }
-        let mut phase = self.phase(prompt, params)?;
+        let phase = self.phase(prompt, params)?;
         let room = self.context_limit - len;
-        // Sessions continue plain sequences only (drafting keeps no token record).
-        let session = params.session.clone().filter(|_| matches!(phase, Phase::Plain { .. }));
-        let kept = session.as_deref().and_then(|name| self.sessions.take(name, prompt));
-        let kept = match kept {
-            None if session.is_some() => self.sessions.shared_for(prompt),
-            kept => kept,
-        };
-        let (state, ran) = match kept {
-            Some(c) => (c.state, c.tokens),
-            None => (self.spare.pop().unwrap_or_else(|| self.model.new_state()), Vec::new()),
-        };
-        if let Phase::Plain { input, .. } = &mut phase {
-            input.drain(..ran.len());
-        }
-        let cached = ran.len() as u32;
-        let entry = Seq {
-            state,
+        let plain = matches!(phase, Phase::Plain { .. });
+        let mut entry = Seq {
+            state: self.spare.pop().unwrap_or_else(|| self.model.new_state()),
             phase,
             generated: 0,
             max_tokens: params.max_tokens.min(room),
             reserved: self.reservation(prompt.len(), params.max_tokens),
             ended: params.max_tokens == 0,
-            session,
-            ran,
-            mark: params.checkpoint_at.map(|m| m as usize).filter(|&m| m > cached as usize),
-            checkpoints: Vec::new(),
-            shared_at: params.shared_at.map(|m| m as usize).filter(|&m| m > cached as usize),
-            shared: None,
+            prompt_len: prompt.len(),
+            ran: Vec::new(),
+            cuts: Vec::new(),
+            stops: Vec::new(),
+            wanted: Vec::new(),
+            keep_end: plain && params.checkpoint_at.is_none(),
+            wait: None,
+            served: (0, None),
         };
+        if plain {
+            self.resume(&mut entry, prompt, params);
+        }
+        let cached = entry.served.0;
         self.seqs.insert(seq, entry);
         Ok(cached)
+    }
+
+    fn cached_tokens(&self, seq: SeqId) -> Option<u32> {
+        self.seqs.get(&seq).map(|s| s.served.0)
     }
 
     fn step(&mut self, out: &mut Vec<StepOut>) {
@@ -357,6 +360,11 @@ impl Engine for ModelEngine<'_> {
                          limit)";
                 produced.insert(id, Err(EngineError::Internal(String::from(e))));
             }
+        }
+        // Waiting sequences wait for a running one; should none be left
+        // to run (a bug), they run on by themselves rather than stall.
+        if self.seqs.values().all(|s| s.wait.is_some() || s.ended) {
+            self.seqs.values_mut().for_each(|s| s.wait = None);
         }
         self.step_plain(&mut produced);
         self.step_spec(&mut produced);
@@ -379,21 +387,12 @@ impl Engine for ModelEngine<'_> {
 
     fn finish(&mut self, seq: SeqId) {
         let Some(mut s) = self.seqs.remove(&seq) else { return };
-        let Some(name) = s.session.take() else {
-            s.state.reset();
-            return self.spare.push(s.state);
-        };
-        if let Some(shared) = s.shared.take() {
-            self.sessions.share(shared);
+        if s.end_exact() {
+            self.keep(&s.ran, &s.state);
         }
-        let mut checkpoints = core::mem::take(&mut s.checkpoints);
-        checkpoints.retain(|c| c.tokens.len() < s.ran.len());
-        // A chat's state after its answer never prefixes the next turn (the
-        // template drops the `<think>` block): keep only the mark's then.
-        if s.mark.is_none() || checkpoints.is_empty() {
-            checkpoints.push(Checkpoint { tokens: s.ran, state: s.state });
-        }
-        self.sessions.keep(name, checkpoints);
+        s.state.reset();
+        self.spare.push(s.state);
+        self.follow_up();
     }
 
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {
@@ -411,12 +410,11 @@ impl<'m> ModelEngine<'m> {
     /// `produced`; a sequence the model refuses is reported failed and the
     /// rest run without it.
     fn step_plain(&mut self, produced: &mut BTreeMap<SeqId, Result<Vec<u32>, EngineError>>) {
-        let chunk = self.prefill_chunk;
         loop {
             let mut ids = Vec::new();
             let mut inputs = Vec::new();
             for (&id, s) in self.seqs.iter_mut() {
-                let Some((n, last)) = s.next_input(chunk) else { continue };
+                let Some((n, last)) = s.next_input() else { continue };
                 if produced.contains_key(&id) {
                     continue;
                 }
@@ -430,12 +428,28 @@ impl<'m> ModelEngine<'m> {
             match self.model.forward_batch(&mut inputs) {
                 Ok(logits) => {
                     drop(inputs);
+                    let mut kept = false;
                     for ((id, n), l) in ids.into_iter().zip(logits) {
                         let mut tokens = Vec::new();
                         if let Some(s) = self.seqs.get_mut(&id) {
-                            s.absorb(n, (!l.is_empty()).then_some(&l[..]), &mut tokens);
+                            if s.absorb(n, (!l.is_empty()).then_some(&l[..]), &mut tokens) {
+                                let s = &self.seqs[&id];
+                                let persist =
+                                    s.ran.len() == s.prompt_len || s.wanted.contains(&s.ran.len());
+                                Self::keep_in(
+                                    &mut self.cache,
+                                    &mut self.store,
+                                    &s.ran,
+                                    &s.state,
+                                    persist,
+                                );
+                                kept = true;
+                            }
                         }
                         produced.insert(id, Ok(tokens));
+                    }
+                    if kept {
+                        self.follow_up();
                     }
                     return;
                 }

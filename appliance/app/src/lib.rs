@@ -15,6 +15,9 @@
 //!   [`kore_tokenizer::Tokenizer`] (raw prompts, the Qwen3.5 chat template with
 //!   thinking on/off, stop ids) with [`OwnedDecoder`], a streaming decoder that
 //!   owns a reference-counted handle to the tokenizer instead of borrowing it.
+//! - [`cache`]: the automatic prefix cache's memory tier (a radix tree of
+//!   checkpoints under a byte budget) and the [`CheckpointStore`] seam; with
+//!   feature `std`, `disk`: the disk tier (checkpoint files, writer thread).
 //!
 //! [`assemble`] is the one place that builds the service from a model, its
 //! tokenizer and [`Settings`] (the guest image and the launcher's in-process
@@ -26,11 +29,14 @@ extern crate alloc;
 
 pub mod assemble;
 pub mod bench;
+pub mod cache;
 pub mod codec;
+#[cfg(feature = "std")]
+pub mod disk;
 pub mod engine;
 mod seq;
-mod sessions;
 
 pub use assemble::{service, stop_ids, Settings};
+pub use cache::{CacheStats, Checkpoint, CheckpointStore, Tier};
 pub use codec::{OwnedDecoder, TokenizerCodec};
 pub use engine::ModelEngine;

@@ -1,28 +1,21 @@
-//! One sequence of [`crate::ModelEngine`]: its state, how it decodes, and
-//! the limits that end it.
+//! One sequence of [`crate::ModelEngine`]: its state, how it decodes, where
+//! its prompt is cut into forward calls and checkpointed, and the limits
+//! that end it.
 //!
 //! Plain sequences (no drafting) keep the tokens they still have to run:
-//! first the prompt, taken in chunks of the engine's prefill chunk size, then
-//! the last sampled token. The engine runs every plain sequence's next input
-//! in one batched forward ([`kore_engine::Model::forward_batch`]); a sequence
-//! samples when its input was complete (the prompt's last chunk, or a decode
-//! token). MTP sequences run kore-engine's [`Speculator`] on their own.
+//! first the prompt, in the calls [`plan`] cuts, then the last sampled
+//! token. The engine runs every plain sequence's next input in one batched
+//! forward ([`kore_engine::Model::forward_batch`]); a sequence samples when
+//! its input was complete (the prompt's last call, or a decode token). MTP
+//! sequences run kore-engine's [`Speculator`] on their own.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use alloc::string::String;
-
+use kore_engine::snapshot::split_exact;
 use kore_engine::{Sampler, SpecOptions, Speculator, State};
 
-use crate::sessions::Checkpoint;
-
-/// Tokens a chunk may leave behind at most before the rest joins it: a
-/// prompt's tail of this many tokens or fewer runs with the chunk before it
-/// (attention over a long context splits work differently for calls of at
-/// most 16 tokens; keeping prompt chunks longer keeps prefill arithmetic
-/// that of one call wherever the chunk size allows).
-const MIN_TAIL: usize = 16;
+use crate::cache::Tier;
 
 /// How a sequence decodes.
 pub(crate) enum Phase<'m> {
@@ -48,61 +41,109 @@ pub(crate) struct Seq<'m> {
     /// KV positions the sequence may use: prompt plus `max_tokens`.
     pub(crate) reserved: usize,
     pub(crate) ended: bool,
-    /// The session the state is kept for when the sequence ends.
-    pub(crate) session: Option<String>,
-    /// Tokens the state has run (kept with it), tracked for sessions.
+    /// Prompt tokens.
+    pub(crate) prompt_len: usize,
+    /// Tokens the state has run (plain sequences).
     pub(crate) ran: Vec<u32>,
-    /// With a session: the position (tokens run) to checkpoint at inside
-    /// the prompt; `None` checkpoints at the prompt's end.
-    pub(crate) mark: Option<usize>,
-    /// Checkpoints taken so far, for the session.
-    pub(crate) checkpoints: Vec<Checkpoint>,
-    /// With a session: the end of a prefix other sessions may share.
-    pub(crate) shared_at: Option<usize>,
-    /// The state at `shared_at`, once reached.
-    pub(crate) shared: Option<Checkpoint>,
+    /// Where prompt calls end (absolute positions, ascending, the last one
+    /// the prompt's end).
+    pub(crate) cuts: Vec<usize>,
+    /// Positions to checkpoint at (a subset of `cuts`).
+    pub(crate) stops: Vec<usize>,
+    /// Positions the caller asked to checkpoint at (message boundaries).
+    pub(crate) wanted: Vec<usize>,
+    /// Whether the state after the generation is worth keeping.
+    pub(crate) keep_end: bool,
+    /// Waiting for another sequence to checkpoint this position (then this
+    /// one continues from there instead of prefilling the same tokens).
+    pub(crate) wait: Option<usize>,
+    /// Prompt tokens served from the cache, and from which tier.
+    pub(crate) served: (u32, Option<Tier>),
+}
+
+/// Cuts a prompt of `len` tokens, of which the state has run `start`,
+/// into forward calls: at every multiple of `chunk` and every `wanted`
+/// position in between, except where a call would not compute its tokens
+/// exactly as one long call does ([`split_exact`]: the cut is then left
+/// out). Returns the call ends and the `wanted` ones among them plus `len`
+/// when `wanted` is not empty (the checkpoints).
+pub(crate) fn plan(
+    start: usize,
+    len: usize,
+    chunk: usize,
+    wanted: &[usize],
+) -> (Vec<usize>, Vec<usize>) {
+    let chunk = chunk.max(1);
+    let mut candidates: Vec<usize> = (start / chunk + 1..)
+        .map(|k| k * chunk)
+        .take_while(|&c| c < len)
+        .chain(wanted.iter().copied().filter(|&w| w > start && w < len))
+        .collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    let (mut at, mut cuts) = (start, Vec::new());
+    for c in candidates {
+        if split_exact(at, c - at) && split_exact(c, len - c) {
+            cuts.push(c);
+            at = c;
+        }
+    }
+    cuts.push(len);
+    let stops = if wanted.is_empty() {
+        Vec::new()
+    } else {
+        cuts.iter().copied().filter(|c| *c == len || wanted.contains(c)).collect()
+    };
+    (cuts, stops)
 }
 
 impl Seq<'_> {
-    /// Tokens of the next plain step (`None` for MTP sequences): at most
-    /// `chunk` prompt tokens, all of them when only a short tail would be
-    /// left, and whether this completes the input (then the step samples).
-    pub(crate) fn next_input(&self, chunk: usize) -> Option<(usize, bool)> {
+    /// Tokens of the next plain step (`None` for MTP sequences and while
+    /// waiting): up to the next cut in the prompt, and whether this
+    /// completes the input (then the step samples).
+    pub(crate) fn next_input(&self) -> Option<(usize, bool)> {
         let Phase::Plain { input, .. } = &self.phase else { return None };
-        let len = input.len();
-        let mut n = if len <= chunk + MIN_TAIL { len } else { chunk };
-        for m in [self.mark, self.shared_at].into_iter().flatten() {
-            if m > self.ran.len() && self.session.is_some() {
-                n = n.min(m - self.ran.len());
-            }
+        if self.wait.is_some() {
+            return None;
         }
+        let len = input.len();
+        let at = self.ran.len();
+        let n = self.cuts.iter().find(|&&c| c > at).map_or(len, |&c| (c - at).min(len));
         Some((n, n == len))
     }
 
-    /// Takes a plain step's outcome: drops the `n` tokens that ran and, when
-    /// `logits` came back, samples the next token into `out`.
-    pub(crate) fn absorb(&mut self, n: usize, logits: Option<&[f32]>, out: &mut Vec<u32>) {
-        let Phase::Plain { sampler, input } = &mut self.phase else { return };
-        if self.session.is_some() {
-            self.ran.extend_from_slice(&input[..n]);
-        }
+    /// The prompt and every token run since, as far as known: what a
+    /// follower can share with this sequence.
+    pub(crate) fn known_tokens(&self) -> impl Iterator<Item = &u32> {
+        let rest: &[u32] = match &self.phase {
+            Phase::Plain { input, .. } if self.ran.len() < self.prompt_len => input,
+            _ => &[],
+        };
+        self.ran.iter().chain(rest)
+    }
+
+    /// Takes a plain step's outcome: moves the `n` tokens that ran to `ran`
+    /// and, when `logits` came back, samples the next token into `out`.
+    /// Returns whether the state now sits at a checkpoint position.
+    pub(crate) fn absorb(&mut self, n: usize, logits: Option<&[f32]>, out: &mut Vec<u32>) -> bool {
+        let Phase::Plain { sampler, input } = &mut self.phase else { return false };
+        self.ran.extend_from_slice(&input[..n]);
         input.drain(..n);
-        if self.session.is_some() && self.shared_at == Some(self.ran.len()) {
-            let (tokens, state) = (self.ran.clone(), self.state.clone());
-            self.shared = Some(Checkpoint { tokens, state });
-        }
-        let at_mark = self.mark == Some(self.ran.len());
-        let prompt_end = logits.is_some() && self.generated == 0 && self.mark.is_none();
-        if self.session.is_some() && (at_mark || prompt_end) {
-            let (tokens, state) = (self.ran.clone(), self.state.clone());
-            self.checkpoints.push(Checkpoint { tokens, state });
-        }
+        let at_stop = self.stops.contains(&self.ran.len());
         if let Some(l) = logits {
             let next = sampler.sample(l);
             input.clear();
             input.push(next);
             out.push(next);
         }
+        at_stop
+    }
+
+    /// Whether the state after the generation equals a prefill of the same
+    /// tokens (decode steps compute as prefill calls do up to a point).
+    pub(crate) fn end_exact(&self) -> bool {
+        let pos = self.state.position();
+        self.keep_end && pos > self.prompt_len && split_exact(pos - 1, 1)
     }
 
     /// Records tokens produced (already cut to the budget) and whether they end it.
@@ -115,5 +156,27 @@ impl Seq<'_> {
     /// Tokens it may still produce.
     pub(crate) fn left(&self) -> usize {
         self.max_tokens.saturating_sub(self.generated) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan;
+
+    #[test]
+    fn plans_cut_at_chunk_multiples_and_wanted_positions_where_exact() {
+        // Absolute chunk multiples, a boundary, the end.
+        assert_eq!(plan(0, 1300, 512, &[700]), (vec![512, 700, 1024, 1300], vec![700, 1300]));
+        // From a checkpoint at 600: the next multiple, not 600 + 512.
+        assert_eq!(plan(600, 1300, 512, &[]).0, vec![1024, 1300]);
+        // Past 2048 no call of 16 tokens or fewer: 2560 + 10 and the 2555
+        // boundary are left out, the call before runs on.
+        let (cuts, stops) = plan(0, 2570, 512, &[2555, 2570]);
+        assert_eq!(cuts, vec![512, 1024, 1536, 2048, 2570]);
+        assert_eq!(stops, vec![2570]);
+        // Below 2048 short calls are exact.
+        assert_eq!(plan(0, 530, 512, &[]).0, vec![512, 530]);
+        // Without wanted positions there are no checkpoints.
+        assert!(plan(0, 100, 512, &[]).1.is_empty());
     }
 }

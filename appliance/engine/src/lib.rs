@@ -9,7 +9,8 @@
 //! - [`weights`]: `Linear` (F32/BF16/F16/NVFP4), borrowed in place.
 //! - [`kernels`]: the matrix products; [`simd`]: their AVX2/AVX-512 paths and
 //!   runtime dispatch; [`pool`]: the worker pool they split rows across.
-//! - [`model`]: the forward pass; [`state`]: per-sequence caches.
+//! - [`model`]: the forward pass; [`state`]: per-sequence caches;
+//!   [`snapshot`]: checkpoints of a state (fixed part, KV spans, file format).
 //! - [`bench`]: the pack benchmark (read bandwidth, prefill, decode), clock supplied.
 //! - [`sampling`], [`generate`]: token selection and the generation loop;
 //!   [`spec`]: speculative decoding with the MTP head.
@@ -37,6 +38,7 @@ pub use kore_pack_format::safetensors;
 pub mod sampling;
 mod scan;
 pub mod simd;
+pub mod snapshot;
 pub mod source;
 pub mod spec;
 pub mod state;

@@ -47,4 +47,12 @@ pub trait Codec {
 
     /// The `<think>` and `</think>` token ids, if the model has them.
     fn think_ids(&self) -> Option<(u32, u32)>;
+
+    /// Positions in `prompt` (rendered chat or raw ids) where one message
+    /// ends and the next begins, ascending: the engine keeps prefix-cache
+    /// checkpoints there. None by default.
+    fn boundaries(&self, prompt: &[u32]) -> Vec<u32> {
+        let _ = prompt;
+        Vec::new()
+    }
 }

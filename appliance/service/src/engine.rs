@@ -36,6 +36,10 @@ pub struct GenParams {
     /// With a session: the end of a prefix other sessions may share (a chat
     /// prompt's system turn), kept once for all of them.
     pub shared_at: Option<u32>,
+    /// Prompt positions where a message ends and the next begins (from
+    /// [`crate::Codec::boundaries`]): the engine's prefix cache keeps a
+    /// checkpoint at each (docs/protocol.md, "Prefix cache").
+    pub boundaries: Vec<u32>,
 }
 
 impl Default for GenParams {
@@ -51,6 +55,7 @@ impl Default for GenParams {
             session: None,
             checkpoint_at: None,
             shared_at: None,
+            boundaries: Vec::new(),
         }
     }
 }
@@ -122,6 +127,15 @@ pub trait Engine {
     /// prefill here or spread prefill over `step` calls.
     fn start(&mut self, seq: SeqId, prompt: &[u32], params: &GenParams)
         -> Result<u32, EngineError>;
+
+    /// Prompt tokens of running sequence `seq` served from kept state so
+    /// far, when that grew after [`Engine::start`] (an engine that let the
+    /// sequence wait for another's checkpoint); `None` keeps what `start`
+    /// returned. Asked once, when the request ends.
+    fn cached_tokens(&self, seq: SeqId) -> Option<u32> {
+        let _ = seq;
+        None
+    }
 
     /// Advances every started sequence by one step and reports each in
     /// `out` (in no particular order). A step should take bounded time (one

@@ -461,6 +461,9 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         let Some(mut a) = self.active.remove(&seq) else {
             return;
         };
+        if let Some(n) = self.engine.cached_tokens(seq) {
+            a.cached_tokens = n;
+        }
         self.engine.finish(seq);
         if finish != Finish::Cancelled {
             a.emitter.finish(&mut deltas);

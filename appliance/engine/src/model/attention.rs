@@ -195,9 +195,9 @@ const BLOCK: usize = 256;
 /// with two KV heads still keeps every worker busy. The cut depends only on
 /// the token count and context length, never on the pool: results do not
 /// depend on the number of workers.
-const PIECE: usize = 2048;
+pub(crate) const PIECE: usize = 2048;
 /// See [`PIECE`]; longer calls (prefill) split by token and KV head only.
-const PIECE_TOKENS: usize = 16;
+pub(crate) const PIECE_TOKENS: usize = 16;
 /// Below this many multiply-adds attention runs on the caller alone.
 const PARALLEL_MIN: usize = 1 << 16;
 

@@ -11,6 +11,7 @@
 //! ```
 
 mod attention;
+pub(crate) use attention::{PIECE, PIECE_TOKENS};
 mod batch;
 mod deltanet;
 mod head;
