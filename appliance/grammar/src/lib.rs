@@ -6,4 +6,21 @@
 #![warn(missing_docs)]
 extern crate alloc;
 
+mod error;
+mod frame;
+mod grammar;
 pub mod json;
+mod matcher;
+pub mod parse;
+mod schema;
+pub mod tools;
+mod trie;
+mod vocab;
+
+pub use error::GrammarError;
+pub use frame::Special;
+pub use grammar::{Grammar, Options, DEFAULT_MAX_WS};
+pub use matcher::{mask_allows, Matcher, Rejected};
+pub use parse::{parse_tool_calls, Event, ParseError, ToolCall, ToolCallParser};
+pub use tools::{Tool, ToolChoice, ToolSet};
+pub use vocab::Vocab;

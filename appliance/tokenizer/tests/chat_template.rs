@@ -108,7 +108,7 @@ fn renders_exactly_what_the_qwen35_template_renders() {
     let cases = cases();
     assert!(cases.len() >= 15);
     for case in &cases {
-        let got = with_body(&case.body, |m, t, o| ChatTemplate::render_text_with_tools(m, t, o));
+        let got = with_body(&case.body, ChatTemplate::render_text_with_tools);
         match (&case.want, got) {
             (Ok(want), Ok(got)) => assert_eq!(&got, want, "case {}", case.name),
             (Err(_), Err(_)) => {}
