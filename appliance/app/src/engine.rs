@@ -30,13 +30,16 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt;
 
+use alloc::sync::Arc;
 use kore_engine::spec::MAX_DRAFTS;
 use kore_engine::{
     ForwardError, Model, MtpError, Sampler, SamplingParams, SeqInput, SpecOptions, Speculator,
     State,
 };
+use kore_grammar::{Matcher, Vocab};
 use kore_service::{
     BenchReport, BenchRequest, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut,
+    TokenLogprobs,
 };
 
 use crate::bench::{self, NsClock};
@@ -71,6 +74,8 @@ pub struct ModelEngine<'m> {
     default_mtp: u32,
     clock: Option<NsClock>,
     bench_bytes: usize,
+    /// The vocabulary constrained decoding masks (`with_grammar_vocab`).
+    vocab: Option<Arc<Vocab>>,
 }
 
 impl fmt::Debug for ModelEngine<'_> {
@@ -105,6 +110,7 @@ impl<'m> ModelEngine<'m> {
             default_mtp: 0,
             clock: bench::default_clock(),
             bench_bytes: bench::DEFAULT_BUFFER_BYTES,
+            vocab: None,
         }
     }
 
@@ -180,6 +186,26 @@ impl<'m> ModelEngine<'m> {
         self
     }
 
+    /// Serves constrained decoding (`GenParams::constraint`) over `vocab`
+    /// ([`crate::grammar_vocab`] of the served tokenizer); without it such
+    /// requests are refused as unsupported.
+    pub fn with_grammar_vocab(mut self, vocab: Arc<Vocab>) -> Self {
+        self.vocab = Some(vocab);
+        self
+    }
+
+    /// The constraint's matcher for a request, if it has one.
+    fn matcher(&self, params: &GenParams) -> Result<Option<Matcher>, EngineError> {
+        let Some(g) = &params.constraint else { return Ok(None) };
+        let v = self.vocab.clone().ok_or_else(|| {
+            EngineError::Unsupported(String::from(
+                "this engine has no vocabulary for constrained decoding (ModelEngine::with_grammar_vocab)",
+            ))
+        })?;
+        let m = Matcher::new(g.clone(), v, &self.stop_ids);
+        m.map(Some).map_err(|e| EngineError::BadParams(e.to_string()))
+    }
+
     /// The served model.
     pub fn model(&self) -> &'m Model<'m> {
         self.model
@@ -208,6 +234,9 @@ impl<'m> ModelEngine<'m> {
             None if self.model.has_mtp() => self.default_mtp as usize,
             None => 0,
         };
+        // Drafting checks neither constraints nor log-probabilities: one token a step.
+        let plain_only = params.constraint.is_some() || params.logprobs.is_some();
+        let drafts = if plain_only { 0 } else { drafts };
         if drafts == 0 {
             return Ok(Phase::Plain { sampler, input: prompt.to_vec() });
         }
@@ -299,6 +328,7 @@ impl Engine for ModelEngine<'_> {
             )));
         }
         let mut phase = self.phase(prompt, params)?;
+        let constraint = self.matcher(params)?;
         let room = self.context_limit - len;
         // Sessions continue plain sequences only (drafting keeps no token record).
         let session = params.session.clone().filter(|_| matches!(phase, Phase::Plain { .. }));
@@ -328,6 +358,10 @@ impl Engine for ModelEngine<'_> {
             checkpoints: Vec::new(),
             shared_at: params.shared_at.map(|m| m as usize).filter(|&m| m > cached as usize),
             shared: None,
+            constraint,
+            mask: Vec::new(),
+            logprobs: params.logprobs,
+            taken_logprobs: Vec::new(),
         };
         self.seqs.insert(seq, entry);
         Ok(cached)
@@ -380,6 +414,10 @@ impl Engine for ModelEngine<'_> {
         self.sessions.keep(name, checkpoints);
     }
 
+    fn take_logprobs(&mut self, seq: SeqId) -> Vec<TokenLogprobs> {
+        self.seqs.get_mut(&seq).map(|s| core::mem::take(&mut s.taken_logprobs)).unwrap_or_default()
+    }
+
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {
         if !self.seqs.is_empty() {
             return Err(EngineError::Internal(String::from(
@@ -421,10 +459,11 @@ impl<'m> ModelEngine<'m> {
                     drop(inputs);
                     for ((id, n), l) in ids.into_iter().zip(logits) {
                         let mut tokens = Vec::new();
+                        let mut result = Ok(());
                         if let Some(s) = self.seqs.get_mut(&id) {
-                            s.absorb(n, (!l.is_empty()).then_some(&l[..]), &mut tokens);
+                            result = s.absorb(n, (!l.is_empty()).then_some(&l[..]), &mut tokens);
                         }
-                        produced.insert(id, Ok(tokens));
+                        produced.insert(id, result.map(|()| tokens));
                     }
                     return;
                 }

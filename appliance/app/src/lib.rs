@@ -16,6 +16,11 @@
 //!   thinking on/off, stop ids) with [`OwnedDecoder`], a streaming decoder that
 //!   owns a reference-counted handle to the tokenizer instead of borrowing it.
 //!
+//! - Constrained decoding: a request's `GenParams::constraint` (a
+//!   `kore_grammar::Grammar`) is matched token by token over the vocabulary of
+//!   [`grammar_vocab`] given to [`ModelEngine::with_grammar_vocab`]; sampling
+//!   draws only allowed tokens, stop tokens only where the output is complete.
+//!
 //! A service is then `Service::new(engine, codec, clock, config)` with the
 //! transport's clock (TSC in the guest, `StdClock` on the host).
 #![cfg_attr(not(feature = "std"), no_std)]
@@ -24,9 +29,11 @@ extern crate alloc;
 
 pub mod bench;
 pub mod codec;
+mod constrain;
 pub mod engine;
 mod seq;
 mod sessions;
 
 pub use codec::{default_stop_ids, OwnedDecoder, TokenizerCodec};
+pub use constrain::grammar_vocab;
 pub use engine::ModelEngine;

@@ -4,6 +4,7 @@
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +36,26 @@ pub struct GenParams {
     /// With a session: the end of a prefix other sessions may share (a chat
     /// prompt's system turn), kept once for all of them.
     pub shared_at: Option<u32>,
+    /// Constrained decoding: only tokens this grammar allows are sampled and
+    /// the stop tokens only where its output is complete (a JSON Schema, any
+    /// JSON object, or tool calls: `kore_grammar::Grammar`). Drafting is off
+    /// for such a request.
+    pub constraint: Option<Arc<kore_grammar::Grammar>>,
+    /// `Some(n)`: report each generated token's log-probability and the `n`
+    /// (at most 20) most likely tokens' ([`Engine::take_logprobs`]).
+    pub logprobs: Option<u8>,
+}
+
+/// One generated token's log-probabilities (the model's log-softmax, before
+/// temperature, filters and constraints).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// The token.
+    pub token: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely tokens and theirs, most likely first.
+    pub top: Vec<(u32, f32)>,
 }
 
 impl Default for GenParams {
@@ -50,6 +71,8 @@ impl Default for GenParams {
             session: None,
             checkpoint_at: None,
             shared_at: None,
+            constraint: None,
+            logprobs: None,
         }
     }
 }
@@ -131,6 +154,13 @@ pub trait Engine {
     /// Ends sequence `seq` (finished, cancelled or failed) and frees its
     /// state. Called exactly once after every successful `start`.
     fn finish(&mut self, seq: SeqId);
+
+    /// The log-probabilities of the tokens `seq` produced since the last call
+    /// (requests with [`GenParams::logprobs`]; otherwise empty), in order.
+    fn take_logprobs(&mut self, seq: SeqId) -> Vec<TokenLogprobs> {
+        let _ = seq;
+        Vec::new()
+    }
 
     /// Runs the in-guest benchmark (`{"op":"bench"}`); blocks until done.
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {

@@ -31,7 +31,7 @@ pub mod service;
 pub use codec::{ChatMessage, Codec, Role, StreamDecode};
 pub use engine::{
     BenchReport, BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams, MtpBench, SeqId,
-    StepOut,
+    StepOut, TokenLogprobs,
 };
 pub use request::ErrorCode;
 pub use service::{Config, ConnId, Service, PROTOCOL_VERSION};
