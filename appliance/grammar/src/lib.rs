@@ -8,6 +8,8 @@ extern crate alloc;
 
 mod error;
 mod frame;
+#[doc(hidden)]
+pub mod fuzz;
 mod grammar;
 pub mod json;
 mod matcher;
