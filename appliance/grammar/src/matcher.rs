@@ -98,17 +98,6 @@ impl Matcher {
         self.threads.iter().any(|t| accepting(&self.g, t))
     }
 
-    /// Whether the output can only end now.
-    pub fn must_end(&self) -> bool {
-        let mut probe = self.clone();
-        let mut mask = alloc::vec![0u32; self.v.mask_words()];
-        probe.fill_mask(&mut mask);
-        let others = mask.iter().enumerate().any(|(w, &bits)| {
-            (0..32).any(|b| bits >> b & 1 == 1 && !self.ends.contains(&((w * 32 + b) as u32)))
-        });
-        !others
-    }
-
     fn sym(&self, token: u32) -> Option<Sym> {
         if let Some(k) = self.v.special(token) {
             return Some(Sym::Special(k));
