@@ -61,6 +61,7 @@ struct Case {
     name: String,
     body: Value,
     want: Result<String, String>,
+    #[cfg_attr(not(feature = "qwen35-reference"), allow(dead_code))]
     ids: Option<Vec<u32>>,
 }
 
