@@ -36,13 +36,16 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt;
 
+use alloc::sync::Arc;
 use kore_engine::spec::MAX_DRAFTS;
 use kore_engine::{
     ForwardError, Model, MtpError, Sampler, SamplingParams, SeqInput, SpecOptions, Speculator,
     State,
 };
+use kore_grammar::{Matcher, Vocab};
 use kore_service::{
     BenchReport, BenchRequest, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut,
+    TokenLogprobs,
 };
 
 use crate::bench::{self, BufferAlloc, NsClock};
@@ -84,6 +87,8 @@ pub struct ModelEngine<'m> {
     context_limit: u32,
     default_mtp: u32,
     bench: bench::Setup,
+    /// The vocabulary constrained decoding masks (`with_grammar_vocab`).
+    vocab: Option<Arc<Vocab>>,
 }
 
 impl fmt::Debug for ModelEngine<'_> {
@@ -122,6 +127,7 @@ impl<'m> ModelEngine<'m> {
             context_limit: limit,
             default_mtp: 0,
             bench: bench::Setup::default(),
+            vocab: None,
         }
     }
 
@@ -185,6 +191,26 @@ impl<'m> ModelEngine<'m> {
         self
     }
 
+    /// Serves constrained decoding (`GenParams::constraint`) over `vocab`
+    /// ([`crate::grammar_vocab`] of the served tokenizer); without it such
+    /// requests are refused as unsupported.
+    pub fn with_grammar_vocab(mut self, vocab: Arc<Vocab>) -> Self {
+        self.vocab = Some(vocab);
+        self
+    }
+
+    /// The constraint's matcher for a request, if it has one.
+    fn matcher(&self, params: &GenParams) -> Result<Option<Matcher>, EngineError> {
+        let Some(g) = &params.constraint else { return Ok(None) };
+        let v = self.vocab.clone().ok_or_else(|| {
+            EngineError::Unsupported(String::from(
+                "this engine has no vocabulary for constrained decoding (ModelEngine::with_grammar_vocab)",
+            ))
+        })?;
+        let m = Matcher::new(g.clone(), v, &self.stop_ids);
+        m.map(Some).map_err(|e| EngineError::BadParams(e.to_string()))
+    }
+
     /// How the benchmark allocates its read-bandwidth buffer.
     pub fn with_bench_alloc(mut self, alloc: BufferAlloc) -> Self {
         self.bench.alloc = alloc;
@@ -231,6 +257,9 @@ impl<'m> ModelEngine<'m> {
             None if self.model.has_mtp() => self.default_mtp as usize,
             None => 0,
         };
+        // Drafting checks neither constraints nor log-probabilities: one token a step.
+        let plain_only = params.constraint.is_some() || params.logprobs.is_some();
+        let drafts = if plain_only { 0 } else { drafts };
         if drafts == 0 {
             return Ok(Phase::Plain { sampler, input: prompt.to_vec() });
         }
@@ -322,6 +351,7 @@ impl Engine for ModelEngine<'_> {
             )));
         }
         let phase = self.phase(prompt, params)?;
+        let constraint = self.matcher(params)?;
         let room = self.context_limit - len;
         let plain = matches!(phase, Phase::Plain { .. });
         let mut entry = Seq {
@@ -339,6 +369,10 @@ impl Engine for ModelEngine<'_> {
             keep_end: plain && params.checkpoint_at.is_none(),
             wait: None,
             served: (0, None),
+            constraint,
+            mask: Vec::new(),
+            logprobs: params.logprobs,
+            taken_logprobs: Vec::new(),
         };
         if plain {
             self.resume(&mut entry, prompt, params);
@@ -395,6 +429,10 @@ impl Engine for ModelEngine<'_> {
         self.follow_up();
     }
 
+    fn take_logprobs(&mut self, seq: SeqId) -> Vec<TokenLogprobs> {
+        self.seqs.get_mut(&seq).map(|s| core::mem::take(&mut s.taken_logprobs)).unwrap_or_default()
+    }
+
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {
         if !self.seqs.is_empty() {
             return Err(EngineError::Internal(String::from(
@@ -431,8 +469,10 @@ impl<'m> ModelEngine<'m> {
                     let mut kept = false;
                     for ((id, n), l) in ids.into_iter().zip(logits) {
                         let mut tokens = Vec::new();
+                        let mut result = Ok(false);
                         if let Some(s) = self.seqs.get_mut(&id) {
-                            if s.absorb(n, (!l.is_empty()).then_some(&l[..]), &mut tokens) {
+                            result = s.absorb(n, (!l.is_empty()).then_some(&l[..]), &mut tokens);
+                            if matches!(result, Ok(true)) {
                                 let s = &self.seqs[&id];
                                 let persist =
                                     s.ran.len() == s.prompt_len || s.wanted.contains(&s.ran.len());
@@ -446,7 +486,7 @@ impl<'m> ModelEngine<'m> {
                                 kept = true;
                             }
                         }
-                        produced.insert(id, Ok(tokens));
+                        produced.insert(id, result.map(|_| tokens));
                     }
                     if kept {
                         self.follow_up();

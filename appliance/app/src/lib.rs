@@ -19,6 +19,11 @@
 //!   checkpoints under a byte budget) and the [`CheckpointStore`] seam; with
 //!   feature `std`, `disk`: the disk tier (checkpoint files, writer thread).
 //!
+//! - Constrained decoding: a request's `GenParams::constraint` (a
+//!   `kore_grammar::Grammar`) is matched token by token over the vocabulary of
+//!   [`grammar_vocab`] given to [`ModelEngine::with_grammar_vocab`]; sampling
+//!   draws only allowed tokens, stop tokens only where the output is complete.
+//!
 //! [`assemble`] is the one place that builds the service from a model, its
 //! tokenizer and [`Settings`] (the guest image and the launcher's in-process
 //! placement both call [`service`]), with the transport's clock (TSC in the
@@ -31,6 +36,7 @@ pub mod assemble;
 pub mod bench;
 pub mod cache;
 pub mod codec;
+mod constrain;
 #[cfg(feature = "std")]
 pub mod disk;
 pub mod engine;
@@ -39,4 +45,5 @@ mod seq;
 pub use assemble::{service, stop_ids, Settings};
 pub use cache::{CacheStats, Checkpoint, CheckpointStore, Tier};
 pub use codec::{OwnedDecoder, TokenizerCodec};
+pub use constrain::grammar_vocab;
 pub use engine::ModelEngine;

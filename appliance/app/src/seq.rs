@@ -14,6 +14,8 @@ use alloc::vec::Vec;
 
 use kore_engine::snapshot::split_exact;
 use kore_engine::{Sampler, SpecOptions, Speculator, State};
+use kore_grammar::Matcher;
+use kore_service::{EngineError, TokenLogprobs};
 
 use crate::cache::Tier;
 
@@ -59,6 +61,28 @@ pub(crate) struct Seq<'m> {
     pub(crate) wait: Option<usize>,
     /// Prompt tokens served from the cache, and from which tier.
     pub(crate) served: (u32, Option<Tier>),
+    /// Constrained decoding: the grammar's state, and its mask buffer.
+    pub(crate) constraint: Option<Matcher>,
+    pub(crate) mask: Vec<u32>,
+    /// `Some(n)`: log-probabilities with `n` alternatives, kept until taken.
+    pub(crate) logprobs: Option<u8>,
+    pub(crate) taken_logprobs: Vec<TokenLogprobs>,
+}
+
+/// The next token from `logits`: plain sampling, or among the tokens the
+/// constraint allows (greedy first tries the best token alone, which is the
+/// masked argmax whenever it is allowed, and computes the mask only if not).
+fn pick(sampler: &mut Sampler, m: Option<&mut Matcher>, mask: &mut Vec<u32>, l: &[f32]) -> u32 {
+    let Some(m) = m else { return sampler.sample(l) };
+    if sampler.params().is_greedy() {
+        let best = kore_engine::sampling::argmax(l);
+        if m.allows(best) {
+            return best;
+        }
+    }
+    mask.resize(m.vocab().mask_words(), 0);
+    m.fill_mask(mask);
+    sampler.sample_masked(l, mask)
 }
 
 /// Cuts a prompt of `len` tokens, of which the state has run `start`,
@@ -124,19 +148,33 @@ impl Seq<'_> {
 
     /// Takes a plain step's outcome: moves the `n` tokens that ran to `ran`
     /// and, when `logits` came back, samples the next token into `out`.
-    /// Returns whether the state now sits at a checkpoint position.
-    pub(crate) fn absorb(&mut self, n: usize, logits: Option<&[f32]>, out: &mut Vec<u32>) -> bool {
-        let Phase::Plain { sampler, input } = &mut self.phase else { return false };
+    /// Returns whether the state now sits at a checkpoint position (an
+    /// error only if the constraint refuses what it allowed: a bug).
+    pub(crate) fn absorb(
+        &mut self,
+        n: usize,
+        logits: Option<&[f32]>,
+        out: &mut Vec<u32>,
+    ) -> Result<bool, EngineError> {
+        let Phase::Plain { sampler, input } = &mut self.phase else { return Ok(false) };
         self.ran.extend_from_slice(&input[..n]);
         input.drain(..n);
         let at_stop = self.stops.contains(&self.ran.len());
         if let Some(l) = logits {
-            let next = sampler.sample(l);
+            let next = pick(sampler, self.constraint.as_mut(), &mut self.mask, l);
+            if let Some(top) = self.logprobs {
+                let lp = kore_engine::logprobs(l, next, top as usize);
+                let (token, logprob, top) = (lp.token, lp.logprob, lp.top);
+                self.taken_logprobs.push(TokenLogprobs { token, logprob, top });
+            }
+            if let Some(m) = &mut self.constraint {
+                m.accept(next).map_err(|e| EngineError::Internal(alloc::format!("engine: {e}")))?;
+            }
             input.clear();
             input.push(next);
             out.push(next);
         }
-        at_stop
+        Ok(at_stop)
     }
 
     /// Whether the state after the generation equals a prefill of the same

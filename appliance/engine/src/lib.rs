@@ -51,7 +51,7 @@ pub use model::{BatchError, ForwardError, LoadError, Logits, Model, SeqInput};
 pub use model::{MtpError, MtpState, RESCORE_ROWS};
 pub use options::EngineOptions;
 pub use pool::{Parallel, Serial};
-pub use sampling::{Sampler, SamplingParams};
+pub use sampling::{logprobs, masked_argmax, Sampler, SamplingParams, TokenLogprobs};
 pub use spec::{generate_spec, Restore, SpecOptions, SpecStats, Speculator};
 pub use state::{Checkpoints, State};
 pub use tensor::{DType, TensorSource, TensorView};

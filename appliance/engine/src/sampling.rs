@@ -7,6 +7,12 @@
 //! the same bits on every kernel path), and the token where the running sum
 //! in f64 passes `u` times the total. A filter needs the order by logit, so
 //! it builds the sorted distribution ([`Sampler::distribution`]).
+//!
+//! Constrained decoding ([`Sampler::sample_masked`]) samples from the logits
+//! with every token outside a bitmask at minus infinity: the same draws as
+//! unconstrained sampling over those logits, so a seed repeats its tokens.
+//! [`logprobs`] reads the model's own distribution (the log-softmax of the
+//! raw logits, before temperature, filters and masks).
 
 use alloc::vec::Vec;
 
@@ -72,6 +78,8 @@ pub struct Sampler {
     /// The vocabulary's weights when sampling without a filter (kept to
     /// spare a large allocation a token).
     weights: Vec<f32>,
+    /// The masked logits of constrained sampling (kept likewise).
+    masked: Vec<f32>,
 }
 
 /// Index of the largest value; NaN never wins; the first maximum wins ties.
@@ -96,7 +104,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
 impl Sampler {
     /// A sampler with its own RNG seeded from `params.seed`.
     pub fn new(params: SamplingParams) -> Self {
-        Sampler { params, rng: Rng::new(params.seed), weights: Vec::new() }
+        Sampler { params, rng: Rng::new(params.seed), weights: Vec::new(), masked: Vec::new() }
     }
 
     /// The parameters.
@@ -235,6 +243,95 @@ impl Sampler {
     }
 }
 
+/// Whether bit `id` of the bitmask `mask` (bit `id % 32` of word `id / 32`) is set.
+#[inline]
+pub fn mask_has(mask: &[u32], id: u32) -> bool {
+    mask.get(id as usize / 32).is_some_and(|w| w >> (id % 32) & 1 == 1)
+}
+
+/// The best token among those set in `mask` (first on ties, NaN never); the
+/// first allowed id when none has a number; 0 when none is allowed.
+pub fn masked_argmax(logits: &[f32], mask: &[u32]) -> u32 {
+    let mut best: Option<(u32, f32)> = None;
+    let mut first = None;
+    for (w, &bits) in mask.iter().enumerate() {
+        let mut b = bits;
+        while b != 0 {
+            let id = (w * 32) as u32 + b.trailing_zeros();
+            b &= b - 1;
+            let Some(&v) = logits.get(id as usize) else { continue };
+            first.get_or_insert(id);
+            if v > best.map_or(f32::NEG_INFINITY, |x| x.1) {
+                best = Some((id, v));
+            }
+        }
+    }
+    best.map(|b| b.0).or(first).unwrap_or(0)
+}
+
+impl Sampler {
+    /// Picks the next token among those set in `mask` (see the module docs):
+    /// greedy takes the best allowed token, sampling draws from the logits
+    /// with the rest at minus infinity. Never returns a token outside the
+    /// mask unless the mask is empty.
+    pub fn sample_masked(&mut self, logits: &[f32], mask: &[u32]) -> u32 {
+        if self.params.is_greedy() {
+            return masked_argmax(logits, mask);
+        }
+        let mut masked = core::mem::take(&mut self.masked);
+        masked.clear();
+        masked.extend(logits.iter().enumerate().map(|(i, &v)| {
+            if mask_has(mask, i as u32) {
+                v
+            } else {
+                f32::NEG_INFINITY
+            }
+        }));
+        let t = self.sample(&masked);
+        self.masked = masked;
+        // Rounding may leave a draw on a zero-weight token: the best allowed one then.
+        if mask_has(mask, t) {
+            t
+        } else {
+            masked_argmax(logits, mask)
+        }
+    }
+}
+
+/// A generated token's log-probability and the most likely alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// The token.
+    pub token: u32,
+    /// Its log-probability under the model.
+    pub logprob: f32,
+    /// The `n` most likely tokens, most likely first (ties: lower id first).
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Most alternatives [`logprobs`] reports (OpenAI's `top_logprobs` limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// `token`'s log-probability under the log-softmax of `logits`, and the
+/// `top_n` (at most [`MAX_TOP_LOGPROBS`]) most likely tokens'.
+pub fn logprobs(logits: &[f32], token: u32, top_n: usize) -> TokenLogprobs {
+    let max = logits.iter().copied().filter(|v| v.is_finite()).fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits
+        .iter()
+        .filter(|v| !v.is_nan())
+        .map(|&v| libm::exp(f64::from(v) - f64::from(max)))
+        .sum();
+    let lse = f64::from(max) + libm::log(sum);
+    let lp = |v: f32| if v.is_nan() { f32::NEG_INFINITY } else { (f64::from(v) - lse) as f32 };
+    let mut ids = Vec::new();
+    top_k(logits, top_n.min(MAX_TOP_LOGPROBS), &mut ids);
+    let mut top: Vec<(u32, f32)> = ids.iter().map(|&i| (i, lp(logits[i as usize]))).collect();
+    top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(top_n.min(MAX_TOP_LOGPROBS));
+    let logprob = logits.get(token as usize).map_or(f32::NEG_INFINITY, |&v| lp(v));
+    TokenLogprobs { token, logprob, top }
+}
+
 fn normalize(p: &mut [f64]) {
     let s: f64 = p.iter().sum();
     if s > 0.0 {
@@ -248,6 +345,38 @@ mod tests {
 
     fn params(temperature: f32, top_k: usize, top_p: f32, min_p: f32) -> SamplingParams {
         SamplingParams { temperature, top_k, top_p, min_p, seed: 42 }
+    }
+
+    #[test]
+    fn masked_sampling_only_draws_allowed_tokens_and_repeats_with_the_seed() {
+        let logits = [3.0f32, 0.5, 2.9, -1.0, f32::NAN, 1.0, 0.0, 2.0];
+        let mask = [0b1010_0110u32]; // tokens 1, 2, 5, 7
+        assert_eq!(masked_argmax(&logits, &mask), 2);
+        assert_eq!(Sampler::new(SamplingParams::greedy()).sample_masked(&logits, &mask), 2);
+        let draw = |seed| {
+            let mut s = Sampler::new(SamplingParams { seed, ..params(1.5, 3, 0.9, 0.0) });
+            (0..200).map(|_| s.sample_masked(&logits, &mask)).collect::<Vec<_>>()
+        };
+        let a = draw(3);
+        assert!(a.iter().all(|t| [1, 2, 5, 7].contains(t)), "{a:?}");
+        assert_eq!(a, draw(3));
+        assert!(a.contains(&7) && a.contains(&5), "the top 3 allowed are drawn: {a:?}");
+        assert!(!a.contains(&1), "top_k 3 after masking drops the 4th allowed");
+        // Only NaN allowed: the first allowed id; nothing allowed: 0.
+        assert_eq!(masked_argmax(&logits, &[0b1_0000]), 4);
+        assert_eq!(masked_argmax(&logits, &[0]), 0);
+    }
+
+    #[test]
+    fn logprobs_are_the_log_softmax_with_sorted_alternatives() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0];
+        let z: f64 = logits.iter().map(|&v| (v as f64).exp()).sum();
+        let lp = logprobs(&logits, 2, 3);
+        assert!((lp.logprob as f64 - (2.0 - z.ln())).abs() < 1e-6);
+        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 3, 2]);
+        let total: f64 = (0..4).map(|t| (logprobs(&logits, t, 0).logprob as f64).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-6);
+        assert_eq!(logprobs(&logits, 0, 50).top.len(), 4);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! engine in-process on the host (`--native`), and fakes in tests.
 
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::Serialize;
 
@@ -40,6 +41,26 @@ pub struct GenParams {
     /// [`crate::Codec::boundaries`]): the engine's prefix cache keeps a
     /// checkpoint at each (docs/protocol.md, "Prefix cache").
     pub boundaries: Vec<u32>,
+    /// Constrained decoding: only tokens this grammar allows are sampled and
+    /// the stop tokens only where its output is complete (a JSON Schema, any
+    /// JSON object, or tool calls: `kore_grammar::Grammar`). Drafting is off
+    /// for such a request.
+    pub constraint: Option<Arc<kore_grammar::Grammar>>,
+    /// `Some(n)`: report each generated token's log-probability and the `n`
+    /// (at most 20) most likely tokens' ([`Engine::take_logprobs`]).
+    pub logprobs: Option<u8>,
+}
+
+/// One generated token's log-probabilities (the model's log-softmax, before
+/// temperature, filters and constraints).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// The token.
+    pub token: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely tokens and theirs, most likely first.
+    pub top: Vec<(u32, f32)>,
 }
 
 impl Default for GenParams {
@@ -56,6 +77,8 @@ impl Default for GenParams {
             checkpoint_at: None,
             shared_at: None,
             boundaries: Vec::new(),
+            constraint: None,
+            logprobs: None,
         }
     }
 }
@@ -146,6 +169,13 @@ pub trait Engine {
     /// Ends sequence `seq` (finished, cancelled or failed) and frees its
     /// state. Called exactly once after every successful `start`.
     fn finish(&mut self, seq: SeqId);
+
+    /// The log-probabilities of the tokens `seq` produced since the last call
+    /// (requests with [`GenParams::logprobs`]; otherwise empty), in order.
+    fn take_logprobs(&mut self, seq: SeqId) -> Vec<TokenLogprobs> {
+        let _ = seq;
+        Vec::new()
+    }
 
     /// Runs the in-guest benchmark (`{"op":"bench"}`); blocks until done.
     fn bench(&mut self, request: &BenchRequest) -> Result<BenchReport, EngineError> {

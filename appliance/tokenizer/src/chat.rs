@@ -1,12 +1,18 @@
-//! Qwen3.5's chat template (ChatML with `<think>` blocks), rendered straight to
-//! token ids.
+//! Qwen3.5's chat template (ChatML with `<think>` blocks and Qwen3-Coder tool
+//! calls), rendered straight to token ids or to text.
 //!
-//! The layout follows the model's published Jinja template:
-//! - a leading system message: `<|im_start|>system\n{content}<|im_end|>\n`;
+//! The layout is the model's published Jinja template (checked byte for byte
+//! against transformers' rendering of it: tests/chat_template.rs), in short:
+//! - tools, when given, open the system turn: `# Tools` ... `<tools>`, one
+//!   `tojson` object per line, `</tools>` and fixed instructions, then the
+//!   system message's text after a blank line (if it has any);
+//! - a leading system message otherwise: `<|im_start|>system\n{content}<|im_end|>\n`;
 //! - user turns: `<|im_start|>user\n{content}<|im_end|>\n`;
 //! - assistant turns after the last user query keep their reasoning as
-//!   `<|im_start|>assistant\n<think>\n{reasoning}\n</think>\n\n{content}<|im_end|>\n`;
-//!   earlier assistant turns drop it: `<|im_start|>assistant\n{content}<|im_end|>\n`;
+//!   `<think>\n{reasoning}\n</think>\n\n` before the content; earlier ones drop
+//!   it; `tool_calls` follow as `<tool_call>\n<function=NAME>\n<parameter=KEY>\n
+//!   VALUE\n</parameter>\n...</function>\n</tool_call>` (strings raw, Python's
+//!   `str()` of other scalars, `tojson` of objects and arrays);
 //! - consecutive tool results form one user turn of
 //!   `\n<tool_response>\n{content}\n</tool_response>` blocks;
 //! - the generation prompt is `<|im_start|>assistant\n<think>\n` with thinking on
@@ -14,11 +20,14 @@
 //!
 //! Message text is stripped (as the template's `trim` does) and tokenized with
 //! [`Tokenizer::encode_ordinary`]-equivalent rules: special tokens come only from
-//! the template, never from what a user typed.
+//! the template, never from what a user typed, a tool's JSON or a call's values.
 
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 
+use kore_grammar::json::Value;
+
+use crate::chat_layout::{layout, Part};
 use crate::{Tokenizer, TokenizerError};
 
 /// Who wrote a message.
@@ -34,8 +43,19 @@ pub enum Role {
     Tool,
 }
 
+/// A call the assistant made (an OpenAI `tool_calls[].function`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ToolCall<'a> {
+    /// The function's name.
+    pub name: &'a str,
+    /// Its arguments: a JSON object, keys in the order they came (`None`: no
+    /// parameters are rendered). Anything but an object is an error, as in
+    /// the template.
+    pub arguments: Option<&'a Value>,
+}
+
 /// One chat message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ChatMessage<'a> {
     /// Who wrote it.
     pub role: Role,
@@ -44,12 +64,14 @@ pub struct ChatMessage<'a> {
     pub content: &'a str,
     /// The assistant's reasoning (`reasoning_content`), if kept separately.
     pub reasoning: Option<&'a str>,
+    /// The assistant's tool calls, in order.
+    pub tool_calls: &'a [ToolCall<'a>],
 }
 
 impl<'a> ChatMessage<'a> {
-    /// A message without separate reasoning.
+    /// A message without separate reasoning or tool calls.
     pub fn new(role: Role, content: &'a str) -> ChatMessage<'a> {
-        ChatMessage { role, content, reasoning: None }
+        ChatMessage { role, content, reasoning: None, tool_calls: &[] }
     }
 }
 
@@ -68,13 +90,6 @@ impl Default for ChatOptions {
     }
 }
 
-/// One piece of the rendered chat: template text (may contain special tokens) or
-/// message text (never parsed for them).
-enum Part<'a> {
-    Template(&'static str),
-    Text(&'a str),
-}
-
 /// The Qwen3.5 chat template bound to a tokenizer's special-token ids.
 #[derive(Debug, Clone)]
 pub struct ChatTemplate {
@@ -84,6 +99,9 @@ pub struct ChatTemplate {
 /// Template tokens that must exist in the vocabulary as added tokens.
 const TEMPLATE_TOKENS: [&str; 6] =
     ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_response>", "</tool_response>"];
+
+/// Template tokens used when the vocabulary has them (else they are text).
+const OPTIONAL_TOKENS: [&str; 2] = ["<tool_call>", "</tool_call>"];
 
 impl ChatTemplate {
     /// Looks up the template's special tokens in `tokenizer`.
@@ -96,6 +114,11 @@ impl ChatTemplate {
                 ))
             })?;
             specials.push((t, id));
+        }
+        for t in OPTIONAL_TOKENS {
+            if let Some(id) = tokenizer.token_to_id(t) {
+                specials.push((t, id));
+            }
         }
         Ok(ChatTemplate { specials })
     }
@@ -112,14 +135,26 @@ impl ChatTemplate {
         messages: &[ChatMessage<'_>],
         options: ChatOptions,
     ) -> Result<Vec<u32>, TokenizerError> {
-        let holder = Owned::new(messages);
-        let parts = layout(&holder, options)?;
+        self.render_with_tools(tokenizer, messages, &[], options)
+    }
+
+    /// Renders `messages` with `tools` (each an OpenAI tool object, printed as
+    /// the template's `tojson` does; none: no tools block) to token ids.
+    pub fn render_with_tools(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[ChatMessage<'_>],
+        tools: &[Value],
+        options: ChatOptions,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let parts = layout(messages, tools, options)?;
         let mut ids = Vec::new();
         let mut text = String::new();
-        for part in parts {
+        for part in &parts {
             match part {
                 Part::Text(t) => text.push_str(t),
-                Part::Template(mut t) => {
+                Part::Template(t) => {
+                    let mut t: &str = t;
                     while !t.is_empty() {
                         let hit = self
                             .specials
@@ -152,10 +187,18 @@ impl ChatTemplate {
         messages: &[ChatMessage<'_>],
         options: ChatOptions,
     ) -> Result<String, TokenizerError> {
-        let holder = Owned::new(messages);
+        Self::render_text_with_tools(messages, &[], options)
+    }
+
+    /// [`ChatTemplate::render_text`] with `tools` (see [`ChatTemplate::render_with_tools`]).
+    pub fn render_text_with_tools(
+        messages: &[ChatMessage<'_>],
+        tools: &[Value],
+        options: ChatOptions,
+    ) -> Result<String, TokenizerError> {
         let mut out = String::new();
-        for part in layout(&holder, options)? {
-            out.push_str(match part {
+        for part in layout(messages, tools, options)? {
+            out.push_str(match &part {
                 Part::Template(t) => t,
                 Part::Text(t) => t,
             });
@@ -164,117 +207,10 @@ impl ChatTemplate {
     }
 }
 
-/// Messages after the template's text processing (stripping, reasoning split).
-struct Owned<'a> {
-    messages: Vec<(Role, &'a str, &'a str)>,
-}
-
-impl<'a> Owned<'a> {
-    fn new(messages: &[ChatMessage<'a>]) -> Owned<'a> {
-        let messages = messages
-            .iter()
-            .map(|m| {
-                let content = py_strip(m.content);
-                if m.role != Role::Assistant {
-                    return (m.role, content, "");
-                }
-                match m.reasoning {
-                    Some(r) => (m.role, content, py_strip(r)),
-                    None => {
-                        let (r, c) = split_think(content);
-                        (m.role, c, py_strip(r))
-                    }
-                }
-            })
-            .collect();
-        Owned { messages }
-    }
-}
-
-/// `content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n')` and
-/// `content.split('</think>')[-1].lstrip('\n')` when the content has `</think>`.
-fn split_think(content: &str) -> (&str, &str) {
-    let Some(first) = content.find("</think>") else { return ("", content) };
-    let before = content[..first].trim_end_matches('\n');
-    let reasoning = before.rsplit("<think>").next().unwrap_or(before).trim_start_matches('\n');
-    let last = content.rfind("</think>").map_or(first, |k| k);
-    let after = content[last + "</think>".len()..].trim_start_matches('\n');
-    (reasoning, after)
-}
-
-/// Python's `str.strip()` (Jinja's `trim`): removes the characters Python calls space.
-fn py_strip(s: &str) -> &str {
-    s.trim_matches(|c: char| c.is_whitespace() || matches!(c, '\u{1c}'..='\u{1f}'))
-}
-
-/// Whether a user message is a wrapped tool result rather than a real query.
-fn is_tool_wrapper(content: &str) -> bool {
-    content.starts_with("<tool_response>") && content.ends_with("</tool_response>")
-}
-
-fn layout<'a>(m: &Owned<'a>, options: ChatOptions) -> Result<Vec<Part<'a>>, TokenizerError> {
-    let msgs = &m.messages;
-    if msgs.is_empty() {
-        return Err(TokenizerError::Chat("no messages provided".to_string()));
-    }
-    let last_query = msgs
-        .iter()
-        .rposition(|(role, content, _)| *role == Role::User && !is_tool_wrapper(content))
-        .ok_or_else(|| TokenizerError::Chat("no user query found in messages".to_string()))?;
-    let mut parts = Vec::new();
-    for (i, &(role, content, reasoning)) in msgs.iter().enumerate() {
-        match role {
-            Role::System if i != 0 => {
-                return Err(TokenizerError::Chat(
-                    "a system message must be the first message".to_string(),
-                ))
-            }
-            Role::System | Role::User => {
-                parts.push(Part::Template(if role == Role::System {
-                    "<|im_start|>system\n"
-                } else {
-                    "<|im_start|>user\n"
-                }));
-                parts.push(Part::Text(content));
-                parts.push(Part::Template("<|im_end|>\n"));
-            }
-            Role::Assistant => {
-                if i > last_query {
-                    parts.push(Part::Template("<|im_start|>assistant\n<think>\n"));
-                    parts.push(Part::Text(reasoning));
-                    parts.push(Part::Template("\n</think>\n\n"));
-                } else {
-                    parts.push(Part::Template("<|im_start|>assistant\n"));
-                }
-                parts.push(Part::Text(content));
-                parts.push(Part::Template("<|im_end|>\n"));
-            }
-            Role::Tool => {
-                if i == 0 || msgs[i - 1].0 != Role::Tool {
-                    parts.push(Part::Template("<|im_start|>user"));
-                }
-                parts.push(Part::Template("\n<tool_response>\n"));
-                parts.push(Part::Text(content));
-                parts.push(Part::Template("\n</tool_response>"));
-                if i + 1 == msgs.len() || msgs[i + 1].0 != Role::Tool {
-                    parts.push(Part::Template("<|im_end|>\n"));
-                }
-            }
-        }
-    }
-    if options.add_generation_prompt {
-        parts.push(Part::Template(if options.thinking {
-            "<|im_start|>assistant\n<think>\n"
-        } else {
-            "<|im_start|>assistant\n<think>\n\n</think>\n\n"
-        }));
-    }
-    Ok(parts)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chat_layout::{py_strip, split_think};
 
     #[test]
     fn splits_reasoning_like_the_template() {

@@ -22,6 +22,7 @@ mod added;
 mod bpe;
 mod bytelevel;
 pub mod chat;
+mod chat_layout;
 mod error;
 #[doc(hidden)]
 pub mod fuzz;
@@ -34,7 +35,7 @@ mod unicode;
 mod unicode_tables;
 mod vocab;
 
-pub use chat::{ChatMessage, ChatOptions, ChatTemplate, Role};
+pub use chat::{ChatMessage, ChatOptions, ChatTemplate, Role, ToolCall};
 pub use error::TokenizerError;
 pub use stream::{StreamDecoder, Utf8Stream};
 pub use tokenizer::Tokenizer;

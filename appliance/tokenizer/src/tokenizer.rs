@@ -260,6 +260,12 @@ impl Tokenizer {
         self.vocab.kind(id) == Kind::Special
     }
 
+    /// Whether `id` is an added token (special or not: `<tool_call>`, `<think>`,
+    /// `<|im_end|>`), matched as a whole in text rather than built by merges.
+    pub fn is_added(&self, id: u32) -> bool {
+        matches!(self.vocab.kind(id), Kind::Special | Kind::Added)
+    }
+
     /// Number of token ids: one more than the highest id (model and added tokens).
     pub fn vocab_size(&self) -> usize {
         self.vocab.len()

@@ -33,6 +33,7 @@ fn chat_matches_hf_on_rendered_text() {
                 role: role(m["role"].as_str().unwrap()),
                 content: m["content"].as_str().unwrap(),
                 reasoning: m.get("reasoning").and_then(Value::as_str),
+                tool_calls: &[],
             })
             .collect();
         let options = ChatOptions {

@@ -72,6 +72,8 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             session: g.session,
             checkpoint_at,
             boundaries: self.codec.boundaries(&prompt),
+            constraint: None,
+            logprobs: None,
         };
         let kind = JobKind::Generate { prompt, params, mode, stop: g.stop };
         self.push_job(conn, g.id, key, kind);
