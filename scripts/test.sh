@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 (cd guest-kernel && cargo fmt --all -- --check)
 
+# The confined VMM binary links no HTTP server, async runtime or engine (cargo tree).
+bash scripts/check_vmm_deps.sh
+
 # Hugepages for the VMM tests (2 MiB pages); harmless when already reserved.
 if [ "$(id -u)" = 0 ] && [ -w /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages ]; then
   want=${KORE_TEST_HUGEPAGES:-1024}

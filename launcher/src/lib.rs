@@ -6,6 +6,7 @@
 //! server's parsing ([`fuzz`]); the binary (`src/main.rs`) only calls it.
 
 mod appliance;
+mod bundle;
 mod cli;
 mod client;
 mod cmd;
