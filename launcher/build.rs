@@ -1,12 +1,14 @@
 //! Builds what kore-launch carries with it and embeds it (src/bundle.rs says how it is
-//! used): the VMM process binary `kore-vmm` (package kore-vmm-process, `vmm/process`).
+//! used): the VMM process binary `kore-vmm` (package kore-vmm-process, `vmm/process`), the
+//! two guest images (guest-kernel/build.sh) and the default pack (`model-packs/tiny`).
 //!
-//! Cargo cannot build another package's binary for a dependent on stable Rust, so this
-//! script runs a nested `cargo build` into its own target directory (`<target>/vmm-process`,
-//! next to the `<target>/guest` of guest-kernel/build.sh): a different directory has a
-//! different lock, so the nested build never waits on the build that runs this script, and
-//! a build of the source tree finds its outputs there at run time without extracting
-//! anything. The nested builds share this build's job slots (Cargo's jobserver) and get
+//! Cargo cannot build another package's binary, or another workspace, for a dependent on
+//! stable Rust, so this script runs nested builds into their own target directories
+//! (`<target>/vmm-process`, and `<target>/guest` as scripts/test.sh uses it): a different
+//! directory has a different lock, so a nested build never waits on the build that runs this
+//! script, and a build of the source tree finds the outputs there at run time without
+//! extracting anything. The guest build adds the Rust target x86_64-unknown-none through
+//! rustup when it is missing (as it always has). The nested builds share this build's job slots (Cargo's jobserver) and get
 //! none of the flags Cargo hands to build scripts. The files are copied into OUT_DIR and
 //! their sha256 digests computed, so what is embedded is what was hashed.
 //!
@@ -21,7 +23,19 @@ use sha2::{Digest, Sha256};
 
 /// What the nested builds read, relative to the repository root: a change reruns this script
 /// (the nested Cargo then decides what to rebuild).
-const WATCH: &[&str] = &["vmm", "guest-kernel/crates/boot-abi", "Cargo.toml", "Cargo.lock"];
+/// The guest links the appliance's crates, so they are watched too.
+const WATCH: &[&str] = &[
+    "vmm",
+    "guest-kernel",
+    "appliance",
+    "model-packs/format",
+    "model-packs/tiny",
+    "Cargo.toml",
+    "Cargo.lock",
+];
+
+/// The default pack's files that are embedded (what its pack.toml names, and the manifest).
+const PACK_FILES: &[&str] = &["pack.toml", "tokenizer.json", "weights.safetensors"];
 
 /// One file to embed: where it goes in the bundle, where it was built, its Unix mode.
 struct Item {
@@ -43,7 +57,14 @@ fn main() {
         Vec::new()
     } else {
         let target = target_dir(&root);
-        vec![vmm_binary(&root, &target)]
+        let mut items = vec![vmm_binary(&root, &target)];
+        items.extend(guest_images(&root, &target));
+        items.extend(PACK_FILES.iter().map(|f| Item {
+            rel: format!("packs/tiny/{f}"),
+            src: root.join("model-packs/tiny").join(f),
+            mode: 0o644,
+        }));
+        items
     };
     write_bundle(&out, &items);
 }
@@ -62,15 +83,42 @@ fn vmm_binary(root: &Path, target: &Path) -> Item {
     let dir = target.join("vmm-process");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "--quiet", "-p", "kore-vmm-process", "--manifest-path"])
+    clean_env(&mut cmd)
+        .args(["build", "--release", "--quiet", "-p", "kore-vmm-process", "--manifest-path"])
         .arg(root.join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", &dir);
-    run(clean_env(&mut cmd), "the VMM process binary (kore-vmm)");
+    run(&mut cmd, "the VMM process binary (kore-vmm)");
     Item { rel: "kore-vmm".into(), src: dir.join("release/kore-vmm"), mode: 0o755 }
 }
 
+/// guest-kernel/build.sh into `<target>/guest`: the kernel and the appliance image. Without
+/// RUSTFLAGS: the script sets the guest's own (x86-64-v2 ring 3, soft-float ring 0).
+fn guest_images(root: &Path, target: &Path) -> [Item; 2] {
+    let dir = target.join("guest");
+    let mut cmd = Command::new("bash");
+    clean_env(&mut cmd)
+        .arg(root.join("guest-kernel/build.sh"))
+        .env("CARGO_TARGET_DIR", &dir)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS");
+    run(&mut cmd, "the guest images (guest-kernel/build.sh)");
+    [
+        Item {
+            rel: "guest/kore-kernel".into(),
+            src: dir.join("x86_64-unknown-none/release/kore-kernel"),
+            mode: 0o644,
+        },
+        Item {
+            rel: "guest/kore-appliance".into(),
+            src: dir.join("x86_64-unknown-linux-gnu/release/kore-appliance"),
+            mode: 0o644,
+        },
+    ]
+}
+
 /// Removes what Cargo sets for build scripts, so a nested Cargo builds as if started by hand
-/// (keeping the jobserver, `CARGO_MAKEFLAGS`, and the user's own settings).
+/// (keeping the jobserver, `CARGO_MAKEFLAGS`, and the user's own settings). Call it before
+/// setting the command's own variables: a removal wins over an earlier `env`.
 fn clean_env(cmd: &mut Command) -> &mut Command {
     const EXACT: &[&str] = &[
         "CARGO_ENCODED_RUSTFLAGS",

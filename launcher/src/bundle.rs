@@ -1,6 +1,6 @@
 //! What kore-launch carries with it, so that an installed binary works from any directory
-//! with no source tree: the VMM process binary `kore-vmm`, embedded at build time by
-//! launcher/build.rs. On first use a file is written under
+//! with no source tree: the VMM process binary `kore-vmm`, the guest images (`guest/`) and
+//! the default pack (`packs/tiny/`), embedded at build time by launcher/build.rs. On first use a file is written under
 //! `$XDG_DATA_HOME/kore/<version>-<id>/` (else `~/.local/share/kore/...`; `<id>` names the
 //! embedded set, so two builds never share a directory), and at every use it is checked
 //! against the sha256 digest recorded at build time and written again when it differs or is
@@ -8,7 +8,8 @@
 //! processes extracting at once both end with the same complete file.
 //!
 //! A build of the source tree normally finds the same files where the build put them
-//! (`target/vmm-process/...`) and extracts nothing; callers look there first.
+//! (`target/vmm-process/...`, `target/guest/...`, `model-packs/tiny` above the working
+//! directory) and extracts nothing; callers look there first.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -73,6 +74,21 @@ pub fn file(rel: &str) -> Result<PathBuf, BundleError> {
         .find(|e| e.rel == rel)
         .ok_or_else(|| BundleError::Missing(rel.to_string()))?;
     ensure(&dir()?, item)
+}
+
+/// The embedded directory `rel` (every file under it written, as [`file`] does).
+pub fn tree(rel: &str) -> Result<PathBuf, BundleError> {
+    let prefix = format!("{rel}/");
+    let root = dir()?;
+    let mut any = false;
+    for item in generated::FILES.iter().filter(|e| e.rel.starts_with(&prefix)) {
+        ensure(&root, item)?;
+        any = true;
+    }
+    match any {
+        true => Ok(root.join(rel)),
+        false => Err(BundleError::Missing(rel.to_string())),
+    }
 }
 
 /// `item` under `root`, checked by digest; written (atomically) when missing or different.
@@ -163,11 +179,24 @@ mod tests {
     }
 
     #[test]
-    fn this_build_carries_the_vmm_with_its_digest() {
-        let vmm = generated::FILES.iter().find(|e| e.rel == "kore-vmm").expect("kore-vmm embedded");
-        assert!(vmm.bytes.starts_with(b"\x7fELF"));
-        let sha: String = Sha256::digest(vmm.bytes).iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(sha, vmm.sha256);
+    fn this_build_carries_the_vmm_the_guest_and_the_default_pack_with_their_digests() {
+        let find = |rel: &str| generated::FILES.iter().find(|e| e.rel == rel).expect(rel);
+        for elf in ["kore-vmm", "guest/kore-kernel", "guest/kore-appliance"] {
+            assert!(find(elf).bytes.starts_with(b"\x7fELF"), "{elf}");
+        }
+        assert_eq!(find("kore-vmm").mode, 0o755);
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model-packs/tiny");
+        for f in ["pack.toml", "tokenizer.json", "weights.safetensors"] {
+            let embedded = find(&format!("packs/tiny/{f}"));
+            assert!(
+                embedded.bytes == fs::read(repo.join(f)).unwrap(),
+                "{f} differs from the repo's"
+            );
+        }
+        for e in generated::FILES {
+            let sha: String = Sha256::digest(e.bytes).iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(sha, e.sha256, "{}", e.rel);
+        }
         assert_eq!(generated::ID.len(), 16);
     }
 }
