@@ -57,7 +57,7 @@ pub fn run(input: impl std::io::Read) -> Result<(), ProcessError> {
         Ok(vm) => vm,
         Err(e) => {
             // The parent says it (one line); this process only reports and ends.
-            emit(&VmmEvent::Exit { status: None, error: Some(e.to_string()), console: vec![] });
+            emit(&VmmEvent::Exit { status: None, error: Some(start_error(&e)), console: vec![] });
             std::process::exit(1);
         }
     };
@@ -117,6 +117,21 @@ fn start(
             Vm::start(config(HugePageSize::Off), &mut progress)
         }
         other => other,
+    }
+}
+
+/// A start failure in one line; a /dev/kvm this user may not open names the fix.
+fn start_error(e: &VmError) -> String {
+    match e {
+        VmError::Kvm { what: "open /dev/kvm", source }
+            if matches!(source.errno(), libc::EACCES | libc::EPERM) =>
+        {
+            format!(
+                "{e}; `sudo kore-launch setup` lets group kvm open /dev/kvm and adds you to \
+                 the group (log in again afterwards)"
+            )
+        }
+        _ => e.to_string(),
     }
 }
 
