@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The project's test command (README): builds everything and runs every test.
-# Tests that need KVM or hugepages run here too; as root this script reserves
-# the hugepages they need.
+# The project's test command (README): installs what the tests need when it is missing
+# (scripts/test_deps.sh), builds everything and runs every test. Tests that need KVM or
+# hugepages run here too; as root this script reserves the hugepages they need and lets
+# group kvm open /dev/kvm (`kore-launch setup`), as a user of the product would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Python packages, tmux, Chromium + chromedriver (idempotent; quiet when nothing is missing).
+bash scripts/test_deps.sh
 
 # Formatting of both workspaces (cheap; fails fast).
 cargo fmt --all -- --check
@@ -39,6 +43,11 @@ cargo test --release --locked -p kore-vmm --features kvm-tests --lib
 
 # The end-to-end suites in tests/: VMs (KVM, hugepages, the guest images), root, tmux.
 cargo build --release --locked -p kore-launch
+# As root: group kvm may open /dev/kvm (tests/vm/non_root.rs runs as a member), as
+# `sudo kore-launch setup` does on a user's host; it prints each change it makes.
+if [ "$(id -u)" = 0 ]; then
+  target/release/kore-launch setup
+fi
 cargo test --release --locked -p kore-e2e --features e2e
 
 # `kore-launch serve` with the official OpenAI client (native and guest) and the web chat in
