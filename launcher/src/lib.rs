@@ -1,6 +1,6 @@
 //! `kore-launch`: the host tool that checks the host, boots the Kore appliance
-//! and lets a person or a script talk to it. The command-line surface follows
-//! the shared contract (`CONTRACT.md`); each command lives in `cmd/`.
+//! and lets a person or a script talk to it. The command-line surface follows the
+//! contract in docs/contract.md; each command lives in `cmd/`.
 //!
 //! A library with one entry, [`main`], so that the fuzz targets (`fuzz/`) can reach the HTTP
 //! server's parsing ([`fuzz`]); the binary (`src/main.rs`) only calls it.
