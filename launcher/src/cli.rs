@@ -52,9 +52,6 @@ pub enum Command {
     /// The background appliance's process (started by `up`).
     #[command(hide = true)]
     Daemon(DaemonArgs),
-    /// The VMM's own process (started by every command that boots the VM).
-    #[command(hide = true, name = "vmm-process")]
-    VmmProcess,
     /// Serve the OpenAI HTTP API and a web chat (loopback; other hosts need --api-key).
     Serve(ServeArgs),
     /// Prepare the host (hugepages, SR-IOV VF for VFIO).

@@ -1,11 +1,12 @@
 //! `kore-launch`: the host tool that checks the host, boots the Kore appliance
-//! and lets a person or a script talk to it. The command-line surface follows
-//! the shared contract (`CONTRACT.md`); each command lives in `cmd/`.
+//! and lets a person or a script talk to it. The command-line surface follows the
+//! contract in docs/contract.md; each command lives in `cmd/`.
 //!
 //! A library with one entry, [`main`], so that the fuzz targets (`fuzz/`) can reach the HTTP
 //! server's parsing ([`fuzz`]); the binary (`src/main.rs`) only calls it.
 
 mod appliance;
+mod bundle;
 mod cli;
 mod client;
 mod cmd;
@@ -39,7 +40,9 @@ pub fn main() {
 }
 
 /// Logs go to stderr; `-v` turns on info, `-vv` debug, `RUST_LOG` overrides.
+/// Colour codes only when stderr is a terminal (a log file or a pipe gets plain text).
 fn init_tracing(verbose: u8) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
         0 => "warn",
@@ -48,6 +51,9 @@ fn init_tracing(verbose: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }

@@ -52,13 +52,20 @@ pub fn effective_path(settings: &crate::config::Settings) -> Result<PathBuf> {
 /// The directory `--model` names, or the default pack: `model-packs/tiny`
 /// under the current directory or one of its ancestors (so any directory of
 /// the repository works), else under an ancestor of the `kore-launch`
-/// executable (`target/release/` of a checkout), else under the checkout this
-/// binary was built from. A clear error when none exists.
+/// executable (`target/release/` of a checkout), else the copy this binary
+/// carries ([`crate::bundle`], written under `$XDG_DATA_HOME/kore` on first
+/// use). A clear error when none exists.
 pub fn resolve(path: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = path {
         return Ok(p.to_path_buf());
     }
-    find_default(&default_candidates())
+    find_default(&default_candidates()).or_else(|missing| {
+        // No checkout around: the pack this binary carries (an installed kore-launch).
+        crate::bundle::tree("packs/tiny").map_err(|e| match e {
+            crate::bundle::BundleError::Missing(_) => missing,
+            other => LaunchError::Host(other.to_string()),
+        })
+    })
 }
 
 /// The first of `candidates` holding a `pack.toml`, or an error listing them.
@@ -90,10 +97,6 @@ fn default_candidates() -> Vec<PathBuf> {
         std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf))
     {
         exe_dir.ancestors().for_each(&mut push);
-    }
-    // The checkout this binary was built from (launcher/..).
-    if let Some(repo) = Path::new(env!("CARGO_MANIFEST_DIR")).parent() {
-        push(repo);
     }
     out
 }
@@ -214,8 +217,6 @@ mod tests {
         let cwd = std::env::current_dir().unwrap();
         assert_eq!(c[0], cwd.join(DEFAULT_MODEL));
         assert!(c.contains(&cwd.parent().unwrap().join(DEFAULT_MODEL)));
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join(DEFAULT_MODEL);
-        assert!(c.contains(&repo));
         let mut sorted = c.clone();
         sorted.sort();
         sorted.dedup();

@@ -35,12 +35,47 @@ fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).unwrap()
 }
 
-/// A fake host with empty pools and a 1 MiB pack.
+/// A fake host with empty pools and a 1 MiB pack, whose /dev/kvm group kvm may open.
 fn host() -> Tree {
     let tree = Tree::new();
     tree.pool(2048, 0, 0, 0).pool(1048576, 0, 0, 0);
     tree.file("/pack/weights.safetensors", &"w".repeat(1 << 20));
+    // SAFETY: getgid has no preconditions.
+    let gid = unsafe { libc::getgid() };
+    tree.file("/etc/group", &format!("kvm:x:{gid}:\n"));
+    tree.file("/etc/udev/rules.d/65-kore-kvm.rules", "KERNEL==\"kvm\", GROUP=\"kvm\"\n");
+    tree.file("/dev/kvm", "");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::Permissions::from_mode(0o660);
+    std::fs::set_permissions(tree.real("/dev/kvm"), mode).unwrap();
     tree
+}
+
+#[test]
+fn setup_dry_run_gives_a_root_only_dev_kvm_to_group_kvm_in_the_tree() {
+    let tree = host();
+    let pack = tree.real("/pack");
+    std::fs::remove_file(tree.real("/etc/udev/rules.d/65-kore-kvm.rules")).unwrap();
+    std::fs::write(tree.real("/etc/group"), "root:x:0:\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tree.real("/dev/kvm"), std::fs::Permissions::from_mode(0o600))
+        .unwrap();
+    let root = tree.root().to_str().unwrap();
+    let o = kore(
+        &["setup", "--dry-run", "--model", pack.to_str().unwrap()],
+        tree.root(),
+        &[("KORE_SYSROOT", root)],
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    let node = tree.real("/dev/kvm").display().to_string();
+    assert!(out.contains(&format!("[dry-run] groupadd --prefix {root} --system kvm")), "{out}");
+    assert!(out.contains(&format!("[dry-run] chgrp kvm {node}")), "{out}");
+    assert!(out.contains(&format!("[dry-run] chmod 0660 {node}")), "{out}");
+    let rule = tree.real("/etc/udev/rules.d/65-kore-kvm.rules").display().to_string();
+    assert!(out.contains(&format!("[dry-run] write {rule}: KERNEL==")), "{out}");
+    assert!(out.contains("dry run: 5 change(s) would be made"), "{out}");
+    assert!(!tree.real("/etc/udev/rules.d/65-kore-kvm.rules").exists(), "a dry run wrote it");
 }
 
 #[test]

@@ -45,7 +45,22 @@ fn healthy() -> Tree {
         .dir("/sys/kernel/iommu_groups/1");
     tree.file("/dev/vfio/vfio", "").driver("vfio-pci");
     tree.file("/pack/weights.safetensors", &"w".repeat(1 << 20));
+    // /dev/kvm for group kvm (a file of ours: its gid is ours, named kvm here), kept by udev.
+    // SAFETY: getgid has no preconditions.
+    let gid = unsafe { libc::getgid() };
+    tree.file("/etc/group", &format!("root:x:0:\nkvm:x:{gid}:\n"));
+    tree.file(
+        "/usr/lib/udev/rules.d/50-udev-default.rules",
+        "KERNEL==\"kvm\", GROUP=\"kvm\", MODE=\"0660\"\n",
+    );
+    tree.file("/dev/kvm", "");
+    chmod(&tree, "/dev/kvm", 0o660);
     tree
+}
+
+fn chmod(tree: &Tree, path: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tree.real(path), std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 fn check<'r>(report: &'r Report, name: &str) -> &'r Check {
@@ -63,7 +78,8 @@ fn doctor(
     let budget = Budget::compute(&tree.real("/pack"), 1024).map_err(|e| e.to_string());
     let vf = vf.map(String::from);
     let guest_cpu = kore_vmm::GuestCpu::Host;
-    run(&Inputs { sys: &root, kvm, cpu, hugepage_size: size, budget, vf, guest_cpu })
+    let kvm_access = host::kvm_access::inspect(&root);
+    run(&Inputs { sys: &root, kvm, kvm_access, cpu, hugepage_size: size, budget, vf, guest_cpu })
 }
 
 #[test]
@@ -76,7 +92,8 @@ fn a_healthy_host_passes_every_check() {
     }
     assert!(report.ok);
     let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["kvm", "cpu", "hugepages", "memory", "iommu", "vfio", "vsock"]);
+    let all = ["kvm", "kvm-group", "cpu", "hugepages", "memory", "iommu", "vfio", "vsock"];
+    assert_eq!(names, all);
     assert!(check(&report, "kvm").detail.contains("this host is itself a VM"));
     assert!(check(&report, "vsock").detail.contains("/dev/vhost-vsock is not needed"));
 }
@@ -98,6 +115,25 @@ fn kvm_problems_fail_with_their_fix() {
         assert!(!report.ok);
         assert_eq!(report.failed(), ["kvm"]);
     }
+}
+
+#[test]
+fn a_root_only_kvm_node_or_a_missing_udev_rule_is_a_warning_naming_setup() {
+    let tree = healthy();
+    chmod(&tree, "/dev/kvm", 0o600);
+    let report = doctor(&tree, KvmProbe::Api(12), all_cpu(), HugepageSize::M2, None);
+    let c = check(&report, "kvm-group");
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    assert!(c.detail.contains("mode 0600") && c.detail.contains("only root"), "{c:?}");
+    assert!(c.fix.as_deref().unwrap().contains("sudo kore-launch setup"), "{c:?}");
+    assert!(report.ok, "root can still boot: a warning, not a failure");
+
+    chmod(&tree, "/dev/kvm", 0o660);
+    std::fs::remove_file(tree.real("/usr/lib/udev/rules.d/50-udev-default.rules")).unwrap();
+    let report = doctor(&tree, KvmProbe::Api(12), all_cpu(), HugepageSize::M2, None);
+    let c = check(&report, "kvm-group");
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    assert!(c.detail.contains("no udev rule") && c.detail.contains("reboot"), "{c:?}");
 }
 
 #[test]

@@ -27,7 +27,9 @@ fn doctor_on_this_machine() {
     assert_eq!(json["ok"], true);
     let names: Vec<&str> =
         json["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["config", "kvm", "cpu", "hugepages", "memory", "iommu", "vfio", "vsock"]);
+    let all =
+        ["config", "kvm", "kvm-group", "cpu", "hugepages", "memory", "iommu", "vfio", "vsock"];
+    assert_eq!(names, all);
     let kvm = &json["checks"][1]["detail"];
     assert!(kvm.as_str().unwrap().contains("KVM API version 12"), "{kvm}");
     let o = kore(&["doctor"], home.path());

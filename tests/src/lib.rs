@@ -47,6 +47,14 @@ pub fn kore_launch() -> PathBuf {
     path
 }
 
+/// Whether `/proc/<pid>` (`proc_dir`) is a VMM process: its program is `kore-vmm`
+/// (kore-vmm-process), the binary kore-launch starts for every VM.
+pub fn is_vmm_process(proc_dir: &Path) -> bool {
+    let cmdline = std::fs::read(proc_dir.join("cmdline")).unwrap_or_default();
+    let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+    argv0.rsplit(|&b| b == b'/').next() == Some(b"kore-vmm".as_slice())
+}
+
 /// The guest ELF images the VM tests boot.
 #[derive(Debug, Clone)]
 pub struct GuestImages {

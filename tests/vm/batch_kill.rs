@@ -34,15 +34,13 @@ fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path).map(|s| s.lines().count()).unwrap_or(0)
 }
 
-/// The `kore-launch vmm-process` child of `parent`, if it runs.
+/// The `kore-vmm` child of `parent`, if it runs.
 fn vmm_child(parent: u32) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
         let ppid: u32 = stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        let is_vmm = cmdline.split(|&b| b == 0).any(|a| a == b"vmm-process");
-        (ppid == parent && is_vmm).then_some(pid)
+        (ppid == parent && kore_e2e::is_vmm_process(&e.path())).then_some(pid)
     })
 }
 

@@ -1,5 +1,6 @@
 //! The VMM runs in its own confined process (docs/security.md): while an
-//! appliance is up, every thread of the `kore-launch vmm-process` process
+//! appliance is up, the VMM runs as its own small binary `kore-vmm` (not as
+//! kore-launch: no HTTP server, runtime or engine in it), every thread of which
 //! shows `Seccomp: 2` and `NoNewPrivs: 1`, runs as a non-root uid when the
 //! launcher is root (as scripts/test.sh and CI run it), sits in its own
 //! network namespace and sees an empty root directory; the appliance still answers; `down` leaves no VMM
@@ -56,6 +57,10 @@ fn every_vmm_thread_is_filtered_unprivileged_and_offline() {
     let vmm = &st["vmm"];
     let pid = vmm["pid"].as_u64().unwrap_or_else(|| panic!("status has no VMM pid: {st}"));
     assert_eq!(vmm["seccomp"], true, "{st}");
+    let proc_dir = Path::new("/proc").join(pid.to_string());
+    assert!(kore_e2e::is_vmm_process(&proc_dir), "VMM pid {pid} is not kore-vmm");
+    let comm = std::fs::read_to_string(proc_dir.join("comm")).unwrap();
+    assert_eq!(comm.trim(), "kore-vmm", "the VMM process runs {comm}");
 
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;

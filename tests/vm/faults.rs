@@ -128,15 +128,14 @@ fn a_guest_that_hangs_in_the_middle_of_an_answer_is_noticed_and_stopped() {
     assert!(ok.status.success(), "the next boot: {}", String::from_utf8_lossy(&ok.stderr));
 }
 
-/// Live `kore-launch vmm-process` processes started with runtime directory `rt`.
+/// Live `kore-vmm` processes started with runtime directory `rt`.
 fn vmm_processes_of(rt: &Path) -> Vec<String> {
     let want = format!("KORE_RUNTIME_DIR={}", rt.display());
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     dir.flatten()
         .filter(|e| {
-            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
             let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
-            cmdline.split(|&b| b == 0).any(|a| a == b"vmm-process")
+            kore_e2e::is_vmm_process(&e.path())
                 && env.split(|&b| b == 0).any(|v| v == want.as_bytes())
         })
         .map(|e| e.file_name().to_string_lossy().into_owned())

@@ -1,7 +1,8 @@
 //! Hugepages taken by someone else before the VMM maps guest RAM (its own test binary: it
 //! holds most of the host's free 2 MiB pages while it runs, which would slow other VM tests
 //! down). The VMM reserves every page when it maps RAM, so this is the one moment pages can
-//! go missing; a shortage there boots on ordinary pages with one warning naming the fix,
+//! go missing; a shortage there boots on ordinary pages with one warning naming the fix (one
+//! line, no colour codes on a pipe),
 //! the answer is the same, every page goes back, and the next boot uses hugepages again.
 //!
 //! Needs /dev/kvm, the guest images and at least 64 free 2 MiB hugepages (CI reserves them).
@@ -102,6 +103,10 @@ fn hugepages_taken_before_the_vmm_maps_ram_boot_on_ordinary_pages() {
     assert!(fell_back(&short), "no fallback warning: {said}");
     assert!(said.contains("not enough free hugepages-2048kB hugepages"), "{said}");
     assert!(said.contains("nr_hugepages"), "the warning names the fix: {said}");
+    // One warning for the one problem, and no colour codes on a stderr that is a pipe.
+    let about_pages = said.lines().filter(|l| l.contains("hugepages")).count();
+    assert_eq!(about_pages, 1, "the shortage is said once: {said}");
+    assert!(!said.contains('\x1b'), "colour codes on a non-terminal stderr: {said:?}");
     assert_eq!(short.stdout, normal.stdout, "the same answer on ordinary pages");
     assert!(available() <= 2, "the fallback boot kept hugepages");
     drop(thief);

@@ -177,7 +177,8 @@ impl GuestRam {
     /// Creates and maps guest RAM for `plan` with `size` pages.
     pub fn new(plan: RamPlan, size: HugePageSize) -> Result<Self, MemoryError> {
         if size == HugePageSize::Off {
-            tracing::warn!(
+            // The caller chose this (or fell back to it and says so): not a warning here.
+            tracing::info!(
                 "guest RAM is not backed by hugepages: slower, and not reserved up front"
             );
         }

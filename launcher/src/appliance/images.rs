@@ -5,12 +5,12 @@
 //! path), then `guest/x86_64-unknown-none/release/kore-kernel` and
 //! `guest/x86_64-unknown-linux-gnu/release/kore-appliance` under any ancestor
 //! directory of the running executable (the `target/guest` directory that
-//! `guest-kernel/build.sh` fills). When they are missing and kore-launch runs
-//! from a build of a source checkout (`cargo run`), it builds them there once
-//! with `guest-kernel/build.sh`, so a fresh clone needs no extra step.
+//! `guest-kernel/build.sh` fills; building kore-launch runs it, from
+//! launcher/build.rs, so a fresh clone needs no extra step and a guest rebuilt
+//! by hand is used at once), then the copies kore-launch carries
+//! ([`crate::bundle`]: an installed kore-launch, anywhere).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use crate::error::{LaunchError, Result};
 
@@ -48,17 +48,11 @@ impl GuestImages {
         if let Some(found) = search(&exe) {
             return Ok(found);
         }
-        if let Some(build) = checkout_build(&exe) {
-            build.run()?;
-            if let Some(found) = search(&exe) {
-                return Ok(found);
-            }
-        }
-        Err(LaunchError::Host(format!(
-            "the Kore guest images were not found ({KERNEL_REL} and {IMAGE_REL} under a directory \
-             containing {}); {BUILD_HINT}",
-            exe.display()
-        )))
+        let bundled = |rel| crate::bundle::file(rel).map_err(|e| LaunchError::Host(e.to_string()));
+        Ok(GuestImages {
+            kernel: bundled("guest/kore-kernel")?,
+            image: bundled("guest/kore-appliance")?,
+        })
     }
 }
 
@@ -86,50 +80,6 @@ fn search(exe: &Path) -> Option<GuestImages> {
     })
 }
 
-/// How to build the images for an executable built from this source tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct CheckoutBuild {
-    /// `guest-kernel/build.sh`.
-    script: PathBuf,
-    /// Where the images go: `target/guest` next to the executable's profile
-    /// directory (`target/release/kore-launch` -> `target/guest`).
-    target_dir: PathBuf,
-}
-
-/// The checkout build applies when the source tree kore-launch was compiled
-/// from still exists and the executable sits in a cargo profile directory.
-fn checkout_build(exe: &Path) -> Option<CheckoutBuild> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-kernel/build.sh");
-    let profile_dir = exe.parent()?;
-    let is_profile = matches!(profile_dir.file_name()?.to_str()?, "release" | "debug");
-    let target_dir = profile_dir.parent()?.join("guest");
-    (script.is_file() && is_profile).then_some(CheckoutBuild { script, target_dir })
-}
-
-impl CheckoutBuild {
-    fn run(&self) -> Result<()> {
-        eprintln!(
-            "kore-launch: building the Kore guest images once (a few minutes): \
-             CARGO_TARGET_DIR={} {}",
-            self.target_dir.display(),
-            self.script.display()
-        );
-        let status = Command::new("bash")
-            .arg(&self.script)
-            .env("CARGO_TARGET_DIR", &self.target_dir)
-            .stdout(Stdio::null())
-            .status()
-            .map_err(|e| LaunchError::Host(format!("cannot run {}: {e}", self.script.display())))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(LaunchError::Host(format!(
-                "building the guest images failed ({status}, output above); {BUILD_HINT}"
-            )))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,14 +97,5 @@ mod tests {
         let found = search(&exe).expect("found");
         assert_eq!(found.kernel, dir.path().join("target").join(KERNEL_REL));
         assert_eq!(found.image, dir.path().join("target").join(IMAGE_REL));
-    }
-
-    #[test]
-    fn a_checkout_build_targets_the_profiles_sibling_guest_dir() {
-        let b = checkout_build(Path::new("/x/target/release/kore-launch")).expect("checkout");
-        assert_eq!(b.target_dir, Path::new("/x/target/guest"));
-        assert!(b.script.ends_with("guest-kernel/build.sh"));
-        // Not in a cargo profile directory (e.g. installed): no build.
-        assert_eq!(checkout_build(Path::new("/usr/local/bin/kore-launch")), None);
     }
 }

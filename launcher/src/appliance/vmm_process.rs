@@ -1,102 +1,32 @@
-//! The VMM runs in its own process: `kore-launch` starts itself again as the
-//! hidden `vmm-process` command, writes a [`VmmSpec`] (one JSON object) to its
-//! stdin and reads [`VmmEvent`]s (JSON lines) from its stdout. The child boots
-//! the VM and then confines itself (`crate::cmd::vmm_process`), so whatever
-//! the guest does to the VMM, it does to an unprivileged, seccomp-filtered
-//! process without network, not to `kore-launch` and its user's files.
+//! The VMM runs in its own process, the small binary `kore-vmm` (package
+//! kore-vmm-process: the VMM and its sandbox, no HTTP server, runtime or engine):
+//! `kore-launch` starts it, writes a [`VmmSpec`] (one JSON object) to its stdin
+//! and reads [`VmmEvent`]s (JSON lines) from its stdout. The child boots the VM
+//! and then confines itself, so whatever the guest does to the VMM, it does to
+//! an unprivileged, seccomp-filtered process without network, not to
+//! `kore-launch` and its user's files.
+//!
+//! The binary is `vmm-process/release/kore-vmm` under an ancestor of
+//! kore-launch's own path (the source tree's `target/`, which launcher/build.rs
+//! fills), else the copy kore-launch carries ([`crate::bundle`]).
 //!
 //! The child dies with its parent (`PR_SET_PDEATHSIG`), stops the VM on
 //! SIGTERM, and reports how the guest ended as its last event.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+pub use kore_vmm_process::{Confinement, VmmEvent, VmmSpec};
 
 use crate::error::{LaunchError, Result};
 
-/// Name of the hidden command the child runs.
-pub const COMMAND: &str = "vmm-process";
+/// Where a build of the source tree puts the binary, under its target directory.
+const BUILT_REL: &str = "vmm-process/release/kore-vmm";
 /// How long a stopped VMM may take to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
-
-/// Everything the child needs to boot the VM.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct VmmSpec {
-    /// The Kore kernel ELF.
-    pub kernel: PathBuf,
-    /// The ring-3 appliance image ELF.
-    pub image: PathBuf,
-    /// vCPUs.
-    pub vcpus: u32,
-    /// Guest RAM besides the pack, MiB.
-    pub memory_mib: u64,
-    /// `2M`, `1G` or `off`.
-    pub hugepages: String,
-    /// The guest CPU level (`host`, `x86-64-v3`, `x86-64-v2`).
-    pub guest_cpu: String,
-    /// The vsock device's host socket.
-    pub socket: PathBuf,
-    /// Guest command line.
-    pub cmdline: String,
-    /// Files preloaded into guest RAM (the pack).
-    pub preload: Vec<PathBuf>,
-    /// A host PCI function to pass through with VFIO.
-    pub vf: Option<String>,
-    /// Confine the VMM after boot (seccomp, namespaces, no root).
-    pub confine: bool,
-}
-
-/// What the child confined (reported once the VM runs).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Confinement {
-    /// The child's pid.
-    pub pid: u32,
-    /// uid and gid it runs as.
-    pub uid: u32,
-    /// See `uid`.
-    pub gid: u32,
-    /// Every VMM thread runs under its seccomp filter.
-    pub seccomp: bool,
-    /// It has its own network and mount namespaces.
-    pub namespaces: bool,
-    /// Its root is an empty, read-only tmpfs (no host file is reachable by path).
-    #[serde(default)]
-    pub empty_root: bool,
-}
-
-/// One line from the child.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum VmmEvent {
-    /// Preload progress, bytes.
-    Progress {
-        /// Bytes loaded.
-        done: u64,
-        /// Bytes to load.
-        total: u64,
-    },
-    /// A confinement step the host did not allow, or a fallback.
-    Warning {
-        /// One line for the user.
-        message: String,
-    },
-    /// The vCPUs run and the VMM is confined.
-    Started(Confinement),
-    /// The last event: the guest exited (`status`), or the VM failed or was
-    /// stopped (`error`); with the console's last lines.
-    Exit {
-        /// The guest's exit status.
-        status: Option<u32>,
-        /// Why the VM ended otherwise.
-        error: Option<String>,
-        /// The console's last lines.
-        console: Vec<String>,
-    },
-}
 
 /// How the VMM process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,15 +52,16 @@ impl VmmProcess {
     /// Starts the child with `spec` and waits until the VM runs, passing
     /// preload progress to `progress`. Fails with the child's error.
     pub fn spawn(spec: &VmmSpec, progress: &mut dyn FnMut(u64, u64)) -> Result<VmmProcess> {
-        let exe = std::env::current_exe()
-            .map_err(|e| LaunchError::Other(format!("cannot find kore-launch itself: {e}")))?;
-        let mut child = Command::new(exe)
-            .arg(COMMAND)
+        let exe = vmm_binary()?;
+        tracing::debug!(vmm = %exe.display(), "starting the VMM process");
+        let mut child = Command::new(&exe)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|e| LaunchError::Other(format!("cannot start the VMM process: {e}")))?;
+            .map_err(|e| {
+                LaunchError::Other(format!("cannot start the VMM process {}: {e}", exe.display()))
+            })?;
         let spec_json = serde_json::to_vec(spec).expect("a spec serializes");
         let mut stdin = child.stdin.take().expect("piped stdin");
         // A child that died at once shows up below as an exit without events.
@@ -230,6 +161,21 @@ impl Drop for VmmProcess {
     }
 }
 
+/// The `kore-vmm` binary to start (see the module docs).
+fn vmm_binary() -> Result<PathBuf> {
+    let exe = std::env::current_exe()
+        .map_err(|e| LaunchError::Host(format!("cannot find kore-launch's own path: {e}")))?;
+    if let Some(built) = built_next_to(&exe) {
+        return Ok(built);
+    }
+    crate::bundle::file(kore_vmm_process::BINARY).map_err(|e| LaunchError::Host(e.to_string()))
+}
+
+/// [`BUILT_REL`] under an ancestor of `exe`.
+fn built_next_to(exe: &Path) -> Option<PathBuf> {
+    exe.ancestors().skip(1).map(|d| d.join(BUILT_REL)).find(|p| p.is_file())
+}
+
 /// Reads the child's events on a thread; the channel closes at EOF. A line
 /// that is not an event ends the stream (the child is ours: that is a bug).
 fn read_events(stdout: std::process::ChildStdout) -> Receiver<VmmEvent> {
@@ -251,4 +197,20 @@ fn read_events(stdout: std::process::ChildStdout) -> Receiver<VmmEvent> {
         }
     });
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_source_trees_build_is_found_next_to_kore_launch() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("target/release/kore-launch");
+        assert_eq!(built_next_to(&exe), None);
+        let built = dir.path().join("target").join(BUILT_REL);
+        std::fs::create_dir_all(built.parent().unwrap()).unwrap();
+        std::fs::write(&built, b"\x7fELF").unwrap();
+        assert_eq!(built_next_to(&exe), Some(built));
+    }
 }

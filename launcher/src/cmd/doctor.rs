@@ -7,8 +7,8 @@ use crate::config::{self, Overrides};
 use crate::error::{LaunchError, Result};
 use crate::host::checks::{self, Check, Inputs, Report, Status};
 use crate::host::cpu::CpuFeatures;
-use crate::host::kvm;
 use crate::host::sizing::Budget;
+use crate::host::{kvm, kvm_access};
 use std::io::Write;
 
 /// Runs `doctor`.
@@ -22,6 +22,7 @@ pub fn run(flag: JsonFlag) -> Result<()> {
     let inputs = Inputs {
         sys: &root,
         kvm: kvm::probe(&root),
+        kvm_access: kvm_access::inspect(&root),
         cpu: CpuFeatures::detect(),
         hugepage_size: settings.hugepage_size,
         budget,

@@ -17,7 +17,6 @@ mod setup;
 mod status;
 mod tokenize;
 mod up;
-pub(crate) mod vmm_process;
 
 use crate::cli::{ChatArgs, Cli, Command};
 use crate::error::Result;
@@ -36,7 +35,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Command::Down(args)) => down::run(args),
         Some(Command::Status(args)) => status::run(args),
         Some(Command::Daemon(args)) => daemon::run(args),
-        Some(Command::VmmProcess) => vmm_process::run(),
         Some(Command::Serve(args)) => serve::run(args),
         Some(Command::Setup(args)) => setup::run(&args),
         Some(Command::Doctor(flag)) => doctor::run(flag),

@@ -1,10 +1,13 @@
-//! `kore-launch setup [--dry-run]`: reserves the hugepages the pack, context
-//! and VMM need, and optionally prepares a GPU VF for VFIO (see `host::prepare`).
+//! `kore-launch setup [--dry-run]`: lets group `kvm` open /dev/kvm (now and after a
+//! reboot, `host::kvm_access`) and adds the user who ran `sudo` to it, reserves the
+//! hugepages the pack, context and VMM need, and optionally prepares a GPU VF for
+//! VFIO (see `host::prepare`).
 
 use crate::cli::SetupArgs;
 use crate::config::{self, Overrides};
 use crate::error::{LaunchError, Result};
 use crate::host::changes::running_as_root;
+use crate::host::kvm_access;
 use crate::host::prepare::{prepare, Plan};
 use crate::host::sizing::Budget;
 use crate::host::{Changes, HostError, SysRoot};
@@ -38,6 +41,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut changes = Changes::new(&root, args.dry_run, running_as_root(), &mut out);
+    kvm_access::grant(&mut changes).map_err(host_error)?;
     kvm_group(&mut changes).map_err(host_error)?;
     prepare(&mut changes, &plan).map_err(host_error)
 }
@@ -48,8 +52,8 @@ fn kvm_group(changes: &mut Changes<'_>) -> std::result::Result<(), HostError> {
     let user = std::env::var("SUDO_USER").ok().filter(|u| !u.is_empty() && u != "root");
     let Some(user) = user else {
         return changes.note(
-            "[ok] /dev/kvm: to run the appliance as a user, add it to group kvm \
-             (`sudo usermod -aG kvm USER`, then log in again); `sudo kore-launch setup` does it",
+            "to run the appliance as a user, add it to group kvm (`sudo usermod -aG kvm USER`, \
+             then log in again); `sudo kore-launch setup` run by that user does it",
         );
     };
     let groups = std::process::Command::new("id").args(["-nG", &user]).output();

@@ -87,6 +87,31 @@ impl<'a> Changes<'a> {
         Ok(())
     }
 
+    /// Creates or replaces the file `path` with `contents`, making its directory (or only
+    /// prints it in a dry run). Printed as `write PATH: LINE` with the file's non-comment lines.
+    pub fn create_file(&mut self, path: &str, contents: &str, why: &str) -> Result<(), HostError> {
+        let real = self.sys.locate(path);
+        let shown = real.display().to_string();
+        let body: Vec<&str> = contents.lines().filter(|l| !l.starts_with('#')).collect();
+        let body = body.join(" / ");
+        let tag = if self.dry_run { "dry-run" } else { "change" };
+        if !self.dry_run && !self.is_root {
+            return Err(HostError::NotRoot { what: format!("writing {shown} ({why})") });
+        }
+        writeln!(self.out, "[{tag}] write {shown}: {body}   # {why}")?;
+        if !self.dry_run {
+            let failed =
+                |source| HostError::Write { path: shown.clone(), value: body.clone(), source };
+            if let Some(dir) = real.parent() {
+                std::fs::create_dir_all(dir).map_err(failed)?;
+            }
+            std::fs::write(&real, contents).map_err(failed)?;
+            tracing::info!(path = %shown, why, "changed");
+        }
+        self.made.push(Change { path: shown, value: body, why: why.to_string() });
+        Ok(())
+    }
+
     /// Prints a line that is not a change (a check passed, a fact found).
     pub fn note(&mut self, text: &str) -> Result<(), HostError> {
         writeln!(self.out, "{text}")?;

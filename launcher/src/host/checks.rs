@@ -5,6 +5,7 @@
 use super::cpu::CpuFeatures;
 use super::hugepages::{self, HugepageSize};
 use super::kvm::{KvmProbe, KVM_API_VERSION};
+use super::kvm_access::KvmAccess;
 use super::pci;
 use super::sizing::{mib, Budget};
 use super::Sys;
@@ -55,6 +56,8 @@ pub struct Inputs<'a> {
     pub sys: &'a dyn Sys,
     /// Result of opening /dev/kvm.
     pub kvm: KvmProbe,
+    /// Who may open /dev/kvm, and whether a udev rule keeps it so.
+    pub kvm_access: KvmAccess,
     /// The CPU's features.
     pub cpu: CpuFeatures,
     /// The configured hugepage size.
@@ -104,11 +107,44 @@ impl Report {
     }
 }
 
+/// Whether group kvm may open /dev/kvm, now and after a reboot: an ordinary user
+/// needs it; root does not, so this is a warning, never a failure.
+fn kvm_group(access: &KvmAccess) -> Check {
+    let fix = Some("`sudo kore-launch setup` (group kvm, mode 0660, a udev rule)".to_string());
+    let warn = |detail: String| Check::new("kvm-group", Status::Warn, detail, fix.clone());
+    let Some((gid, mode)) = access.node else {
+        return Check::new("kvm-group", Status::Warn, "/dev/kvm is missing (see kvm)", None);
+    };
+    let owner = match access.kvm_gid {
+        Some(kvm) if kvm == gid => "group kvm".to_string(),
+        _ => format!("gid {gid}"),
+    };
+    if !access.group_can_open() {
+        return warn(format!(
+            "/dev/kvm is {owner}, mode {mode:04o}: only root can run the appliance (members of \
+             group kvm cannot open it)"
+        ));
+    }
+    match &access.rule {
+        None => warn(format!(
+            "/dev/kvm is {owner}, mode {mode:04o}, but no udev rule keeps it so: a reboot takes \
+             it back"
+        )),
+        Some(rule) => Check::new(
+            "kvm-group",
+            Status::Ok,
+            format!("/dev/kvm is {owner}, mode {mode:04o}, kept so by {rule}"),
+            None,
+        ),
+    }
+}
+
 /// Runs every check.
 pub fn run(inputs: &Inputs<'_>) -> Report {
     let meminfo = MemInfo::read(inputs.sys);
     let mut checks = vec![
         kvm(inputs.sys, &inputs.kvm),
+        kvm_group(&inputs.kvm_access),
         cpu(&inputs.cpu, inputs.guest_cpu),
         hugepages(inputs, &meminfo),
         memory(inputs, &meminfo),
@@ -132,7 +168,7 @@ fn kvm(sys: &dyn Sys, probe: &KvmProbe) -> Check {
         ),
         KvmProbe::Denied => fail(
             "/dev/kvm exists but this user may not open it".into(),
-            "`sudo usermod -aG kvm $USER` and log in again (or run as root)",
+            "`sudo kore-launch setup` (lets group kvm open /dev/kvm and adds you to it, as `usermod -aG kvm $USER`), then log in again; or run as root",
         ),
         KvmProbe::NotKvm(err) => fail(
             format!("/dev/kvm does not answer KVM_GET_API_VERSION: {err}"),

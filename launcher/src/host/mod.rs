@@ -1,5 +1,5 @@
 //! Host preparation and checks: hugepage pools, SR-IOV virtual functions,
-//! vfio-pci binding, IOMMU groups, KVM and CPU probing.
+//! vfio-pci binding, IOMMU groups, who may open /dev/kvm, KVM and CPU probing.
 //!
 //! Everything that touches `/sys`, `/proc` or `/dev` goes through the [`Sys`]
 //! trait, implemented for the real machine by [`SysRoot`] (a root directory,
@@ -13,6 +13,7 @@ pub mod cpu;
 pub mod error;
 pub mod hugepages;
 pub mod kvm;
+pub mod kvm_access;
 pub mod pci;
 pub mod prepare;
 pub mod root;

@@ -1,10 +1,12 @@
-//! Measurement, not a check (ignored by default): decode speed and tokens per
-//! step of MTP speculative decoding on the trained tiny model, for each draft
-//! count, draft vocabulary and restore method, alternating with plain
-//! decoding in one run. Prints a table; figures go to docs/benchmarks.md.
+//! `cargo bench -p kore-engine --bench mtp [-- decode|verify]`: two measurements of MTP
+//! speculative decoding on the trained tiny model (a benchmark, not a test: it prints tables
+//! for docs/benchmarks.md and checks nothing; the MTP tests are in tests/).
+//! - `decode`: decode speed and tokens per step for each draft count, draft vocabulary and
+//!   restore method, alternating with plain decoding in one run
+//!   (`KORE_MTP_BENCH_TOKENS` sets the tokens per run, default 160);
+//! - `verify`: where a verify step's time goes (`KORE_MTP_BENCH_THREADS`, default 2).
 //!
-//! `cargo test --release -p kore-engine --test mtp_bench -- --ignored --nocapture`
-//! (KORE_MTP_BENCH_TOKENS sets the tokens per run, default 160).
+//! Without an argument both run.
 
 use std::path::Path;
 use std::time::Instant;
@@ -31,8 +33,17 @@ fn prefill_secs(model: &Model<'_>, p: &[u32], opts: &GenerateOptions) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-#[test]
-#[ignore]
+fn main() {
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
+    if wanted("decode") {
+        mtp_decode_speed();
+    }
+    if wanted("verify") {
+        verify_cost();
+    }
+}
+
 fn mtp_decode_speed() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../model-packs/tiny-hf");
     let hf = HfModelDir::open(&dir).unwrap();
@@ -111,10 +122,6 @@ fn mtp_decode_speed() {
 /// Where a verify step's time goes: one trunk forward of `T` tokens at
 /// position ~200 (plain and checkpointed) against `T` single-token forwards,
 /// on `KORE_MTP_BENCH_THREADS` threads (default 2). Prints ms per call.
-///
-/// `cargo test --release -p kore-engine --test mtp_bench verify_cost -- --ignored --nocapture`
-#[test]
-#[ignore]
 fn verify_cost() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../model-packs/tiny-hf");
     let hf = HfModelDir::open(&dir).unwrap();

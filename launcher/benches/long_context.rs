@@ -1,5 +1,6 @@
-//! Measurement, not a check (ignored by default): decode step time at
-//! increasing context depth on a pack, without prefilling the context.
+//! `cargo bench -p kore-launch --bench long_context`: decode step time at increasing
+//! context depth on a pack, without prefilling the context (a benchmark: it prints a
+//! table for docs/benchmarks.md and checks nothing).
 //! Every attention layer's KV cache gets `depth` synthetic positions
 //! (`State::push_synthetic_context`, the position moves with them), then
 //! decode steps are timed, for an f32 and an f16 cache alternately. Prints
@@ -8,7 +9,7 @@
 //!
 //! ```text
 //! KORE_LONGCTX_PACK=/work/packs/2b KORE_LONGCTX_THREADS=2 \
-//!   cargo test --release -p kore-launch --test long_context -- --ignored --nocapture
+//!   cargo bench -p kore-launch --bench long_context
 //! ```
 //! `KORE_LONGCTX_DEPTHS` (default `1024,8192,32768,65536`) and
 //! `KORE_LONGCTX_STEPS` (default 8) set the depths and timed steps.
@@ -24,9 +25,7 @@ fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
 }
 
-#[test]
-#[ignore]
-fn decode_step_time_by_context_depth() {
+fn main() {
     let dir =
         env_or("KORE_LONGCTX_PACK", concat!(env!("CARGO_MANIFEST_DIR"), "/../model-packs/tiny"));
     let threads: usize = env_or("KORE_LONGCTX_THREADS", "2").parse().unwrap();

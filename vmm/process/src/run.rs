@@ -1,5 +1,4 @@
-//! The hidden `vmm-process` command: the VMM's own process
-//! ([`crate::appliance::vmm_process`] starts it and reads its events).
+//! The process body: read the spec, boot, confine, supervise.
 //!
 //! Order matters: while the process has one thread and its privileges, it
 //! enters new network and mount namespaces; the VM is built (it opens
@@ -16,8 +15,16 @@ use kore_vmm::memory::MemoryError;
 use kore_vmm::sandbox::{self, ThreadFilters, ThreadKind};
 use kore_vmm::{GuestCpu, HugePageSize, RunningVm, Vm, VmConfig, VmError};
 
-use crate::appliance::vmm_process::{Confinement, VmmEvent, VmmSpec};
-use crate::error::{LaunchError, Result};
+use crate::spec::{Confinement, VmmEvent, VmmSpec};
+
+/// Why the process could not run a VM at all (a VM that fails to boot is
+/// reported as an [`VmmEvent::Exit`] instead).
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The spec on stdin is not a [`VmmSpec`].
+    #[error("cannot read the VMM spec on stdin (kore-launch writes it): {0}")]
+    Spec(#[source] serde_json::Error),
+}
 
 /// Writes one event line to stdout (the parent reads it).
 fn emit(ev: &VmmEvent) {
@@ -30,10 +37,10 @@ fn warn(message: String) {
     emit(&VmmEvent::Warning { message });
 }
 
-/// Runs the VMM process; exits when the guest does or on SIGTERM.
-pub fn run() -> Result<()> {
-    let spec: VmmSpec = serde_json::from_reader(std::io::stdin().lock())
-        .map_err(|e| LaunchError::Usage(format!("vmm-process reads its spec on stdin: {e}")))?;
+/// Runs the VMM process with the spec read from `input`; returns when the
+/// guest exits or on SIGTERM (having reported it on stdout).
+pub fn run(input: impl std::io::Read) -> Result<(), ProcessError> {
+    let spec: VmmSpec = serde_json::from_reader(input).map_err(ProcessError::Spec)?;
     let stop_signals = block_stop_signals();
     let root = euid_is_root();
     let ids = (spec.confine && root).then(sandbox::privileges::unprivileged_ids);
@@ -50,7 +57,7 @@ pub fn run() -> Result<()> {
         Ok(vm) => vm,
         Err(e) => {
             // The parent says it (one line); this process only reports and ends.
-            emit(&VmmEvent::Exit { status: None, error: Some(e.to_string()), console: vec![] });
+            emit(&VmmEvent::Exit { status: None, error: Some(start_error(&e)), console: vec![] });
             std::process::exit(1);
         }
     };
@@ -110,6 +117,21 @@ fn start(
             Vm::start(config(HugePageSize::Off), &mut progress)
         }
         other => other,
+    }
+}
+
+/// A start failure in one line; a /dev/kvm this user may not open names the fix.
+fn start_error(e: &VmError) -> String {
+    match e {
+        VmError::Kvm { what: "open /dev/kvm", source }
+            if matches!(source.errno(), libc::EACCES | libc::EPERM) =>
+        {
+            format!(
+                "{e}; `sudo kore-launch setup` lets group kvm open /dev/kvm and adds you to \
+                 the group (log in again afterwards)"
+            )
+        }
+        _ => e.to_string(),
     }
 }
 

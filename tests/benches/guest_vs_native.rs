@@ -7,12 +7,14 @@
 //! Also boot-to-ready (VMM start to the appliance's ready marker, pack preloaded) and the
 //! VMM's preload rate.
 //!
-//! A measurement, not a check: `#[ignore]`d, run it with
-//! `cargo build --release -p kore-launch && cargo test --release -p kore-e2e --features e2e --test guest_vs_native -- --ignored --nocapture`.
+//! A benchmark, not a test (it checks only its own preconditions): run it with
+//! `cargo bench -p kore-e2e --features e2e --bench guest_vs_native` (it boots the guest images
+//! of `target/guest`, as the guest suites do).
 //! Environment: `KORE_BENCH_PACK` (default the tiny pack), `KORE_BENCH_THREADS` (default: the
 //! host's cores), `KORE_BENCH_ROUNDS` (7), `KORE_BENCH_PROMPT` (128), `KORE_BENCH_DECODE` (128).
 //! Prints one JSON line per measurement and a summary line `guest/native ...`.
 
+#[path = "../guest/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -159,9 +161,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-#[test]
-#[ignore = "a measurement (minutes); run with --ignored --nocapture"]
-fn guest_vs_native_decode_speed() {
+fn main() {
     let pack_dir: PathBuf = std::env::var_os("KORE_BENCH_PACK")
         .map_or_else(|| tiny_pack().to_path_buf(), PathBuf::from);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
