@@ -58,8 +58,8 @@ pub enum BundleError {
 
 /// The bundle's directory: `<data home>/kore/<version>-<id>`.
 pub fn dir() -> Result<PathBuf, BundleError> {
-    let abs = |v: Option<std::ffi::OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
-    let base = match (abs(std::env::var_os("XDG_DATA_HOME")), abs(std::env::var_os("HOME"))) {
+    let abs = crate::env::base_dir;
+    let base = match (abs("XDG_DATA_HOME"), abs("HOME")) {
         (Some(data), _) => data,
         (None, Some(home)) => home.join(".local/share"),
         (None, None) => return Err(BundleError::NoDataDir),

@@ -18,7 +18,7 @@ static OPTIONS: OnceLock<EngineOptions> = OnceLock::new();
 /// Reads the environment, applies the options to this process's engine and
 /// keeps them for [`current`]. A bad or unsupported value is a usage error.
 pub fn init() -> Result<(), LaunchError> {
-    let opts = parse(|k| std::env::var(k).ok()).map_err(LaunchError::Usage)?;
+    let opts = parse(crate::env::get).map_err(LaunchError::Usage)?;
     opts.apply().map_err(|e| LaunchError::Usage(format!("KORE_KERNELS: {e}")))?;
     let _ = OPTIONS.set(opts);
     Ok(())

@@ -58,7 +58,7 @@ fn server(api_key: Option<&str>) -> Router {
 fn harness() -> &'static Harness {
     static HARNESS: OnceLock<Harness> = OnceLock::new();
     HARNESS.get_or_init(|| Harness {
-        trace: std::env::var_os("KORE_FUZZ_TRACE").is_some(),
+        trace: crate::env::get("KORE_FUZZ_TRACE").is_some(),
         runtime: tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

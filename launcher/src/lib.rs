@@ -12,6 +12,7 @@ mod client;
 mod cmd;
 mod config;
 mod engine_options;
+mod env;
 mod error;
 mod host;
 mod model;

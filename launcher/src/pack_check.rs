@@ -17,10 +17,10 @@ const CACHE_FILE: &str = "verified-packs.json";
 /// size and digest.
 pub fn ensure_intact(dir: &Path) -> Result<()> {
     let manifest = kore_pack::manifest::load(dir).map_err(|e| LaunchError::Model(e.to_string()))?;
-    let mut cache = cache_file(&|k| std::env::var(k).ok())
+    let mut cache = cache_file(&crate::env::get)
         .map(|f| VerifiedCache::load(&f))
         .unwrap_or_else(VerifiedCache::disabled);
-    let bar = crate::cmd::pack::Bar::default();
+    let bar = crate::term::progress::Bar::default();
     let report = check_files_cached(dir, &manifest, &mut cache, &bar).map_err(|e| {
         LaunchError::Model(format!(
             "{e}. The pack does not match its pack.toml: copy or import it again \

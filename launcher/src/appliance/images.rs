@@ -33,7 +33,7 @@ impl GuestImages {
     /// Finds the images (see the module docs), building them from the
     /// source checkout when that is where kore-launch was built.
     pub fn locate() -> Result<GuestImages> {
-        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let env = crate::env::path;
         match (env("KORE_GUEST_KERNEL"), env("KORE_GUEST_IMAGE")) {
             (None, None) => {}
             (kernel, image) => {
