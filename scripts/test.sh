@@ -13,10 +13,13 @@ bash scripts/test_deps.sh
 cargo fmt --all -- --check
 (cd guest-kernel && cargo fmt --all -- --check)
 
-# The confined VMM binary links no HTTP server, async runtime or engine (cargo tree), and
-# every KORE_* variable in the code is documented (user guide or developer page).
+# The confined VMM binary links no HTTP server, async runtime or engine (cargo tree),
+# every KORE_* variable in the code is documented (user guide or developer page), and
+# no module imports in a circle (scripts/check_imports.py).
 bash scripts/check_vmm_deps.sh
 bash scripts/check_env_docs.sh
+# No import circles between the modules of the engine, the service and the launcher.
+python3 scripts/check_imports.py
 
 # Hugepages for the VMM tests (2 MiB pages); harmless when already reserved.
 if [ "$(id -u)" = 0 ] && [ -w /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages ]; then

@@ -183,7 +183,7 @@ pub fn effective(flags: &Overrides) -> Result<Settings, ConfigError> {
 }
 
 fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
+    crate::env::get(name)
 }
 
 /// Where the config file is, and whether it must exist (named explicitly).
@@ -455,4 +455,10 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         return Err(bad());
     }
     Ok(bytes)
+}
+
+impl From<ConfigError> for crate::error::LaunchError {
+    fn from(err: ConfigError) -> Self {
+        crate::error::LaunchError::Usage(err.to_string())
+    }
 }

@@ -143,10 +143,12 @@ pub fn open(path: Option<&Path>) -> Result<ModelFiles> {
 /// way; `KORE_NATIVE_WEIGHTS=mmap` reads them through the file mapping instead.
 pub fn open_pack(path: &Path) -> Result<ModelFiles> {
     crate::pack_check::ensure_intact(path)?;
-    let pack = match std::env::var("KORE_NATIVE_WEIGHTS").as_deref() {
-        Ok("mmap") => Pack::open(path),
-        Ok("resident") | Err(_) => Pack::open_resident(path, &crate::cmd::pack::Bar::default()),
-        Ok(other) => {
+    let pack = match crate::env::get("KORE_NATIVE_WEIGHTS").as_deref() {
+        Some("mmap") => Pack::open(path),
+        Some("resident") | None => {
+            Pack::open_resident(path, &crate::term::progress::Bar::default())
+        }
+        Some(other) => {
             return Err(LaunchError::Usage(format!(
                 "KORE_NATIVE_WEIGHTS={other}: expected `resident` (the default) or `mmap`"
             )))

@@ -4,8 +4,8 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use crate::connection::ConnId;
 use crate::emit::Emitter;
-use crate::service::ConnId;
 use kore_protocol::{Id, Stats};
 
 /// A request being generated.

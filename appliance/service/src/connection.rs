@@ -11,6 +11,10 @@ use serde::Serialize;
 use crate::framing::{Frame, LineFramer};
 use kore_protocol::write_line;
 
+/// Handle of one connection inside a [`crate::Service`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub u64);
+
 /// Lifecycle of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnState {

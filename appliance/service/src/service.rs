@@ -16,6 +16,7 @@ mod intake;
 
 use crate::active::Active;
 use crate::codec::Codec;
+pub use crate::connection::ConnId;
 use crate::connection::{ConnState, Connection};
 use crate::emit::{Deltas, Emitter, Mode};
 use crate::engine::{
@@ -50,10 +51,6 @@ impl Default for Config {
         }
     }
 }
-
-/// Handle of one connection inside a [`Service`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ConnId(pub u64);
 
 /// Work waiting in the queue.
 #[derive(Debug)]

@@ -33,7 +33,7 @@ pub use vm::{BootOptions, BootReport};
 
 use crate::client::{Client, Connection};
 use crate::config::Settings;
-use crate::error::{LaunchError, Result};
+use crate::error::{ApplianceError, LaunchError, Result};
 use crate::host::HugepageSize;
 
 /// File name of the vsock socket in a runtime directory.
@@ -142,7 +142,7 @@ impl Appliance {
         let settings = crate::config::effective(overrides)?;
         // The default pack is searched for (cwd up, the executable's checkout).
         let path = crate::model::effective_path(&settings)?;
-        if native || std::env::var("KORE_APPLIANCE").is_ok_and(|v| v == "native") {
+        if native || crate::env::get("KORE_APPLIANCE").is_some_and(|v| v == "native") {
             let opts = native::NativeOptions {
                 context: Some(settings.context),
                 threads: overrides.vcpus.map(|n| n as usize),
@@ -175,10 +175,8 @@ impl Appliance {
     pub fn attach(runtime_dir: &Path) -> Result<Appliance> {
         let socket = socket_path(runtime_dir);
         if !socket.exists() {
-            return Err(LaunchError::Other(format!(
-                "no appliance is running in {} (no {SOCKET_NAME}); start one with `kore-launch up`",
-                runtime_dir.display()
-            )));
+            let dir = runtime_dir.display().to_string();
+            return Err(ApplianceError::NotRunning { dir, socket: SOCKET_NAME }.into());
         }
         let me = Appliance { kind: Kind::Attached(socket), own_dir: None };
         me.client()?.info()?;
@@ -332,7 +330,7 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
 /// runs with (`KORE_KERNELS`, ...: the same as `--native`), then the words of
 /// `KORE_GUEST_CMDLINE_APPEND` (debugging and fault tests).
 fn guest_cmdline(b: &crate::host::sizing::Budget) -> String {
-    let extra = std::env::var("KORE_GUEST_CMDLINE_APPEND").unwrap_or_default();
+    let extra = crate::env::get("KORE_GUEST_CMDLINE_APPEND").unwrap_or_default();
     let extra = extra.split_whitespace().fold(String::new(), |s, w| s + " " + w);
     format!(
         "context={} kv_tokens={} sessions_mib={}{}{extra}",

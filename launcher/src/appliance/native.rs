@@ -51,7 +51,7 @@ pub fn spawn(path: &Path, opts: &NativeOptions) -> Result<ServiceHandle> {
             eos_token: files.eos_token.clone(),
             extra_eos_ids: files.extra_eos_ids.clone(),
             context: opts.context.map(|c| u32::try_from(c).unwrap_or(u32::MAX)),
-            bench_alloc: Some(crate::cmd::bench::hugepage_buffer),
+            bench_alloc: Some(hugepage_buffer),
             ..kore_appliance::Settings::default()
         };
         let service = kore_appliance::service(&model, tokenizer, &settings, StdClock::new());
@@ -79,4 +79,27 @@ pub fn model_name(path: &Path) -> String {
         let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         canonical.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
     })
+}
+
+/// The read-bandwidth buffer of the in-process benchmark, advised for
+/// transparent 2 MiB pages before its first touch: the weights are read from
+/// 2 MiB pages too (a resident copy here, guest RAM in the VM), so the
+/// bandwidth fraction compares like with like.
+pub fn hugepage_buffer(bytes: usize) -> Option<Vec<u64>> {
+    let mut buf: Vec<u64> = Vec::new();
+    buf.try_reserve_exact(bytes / 8).ok()?;
+    let base = buf.as_mut_ptr() as usize;
+    let start = base.next_multiple_of(4096);
+    let end = (base + bytes) & !4095;
+    if end > start {
+        // SAFETY: [start, end) is page-aligned and lies inside `buf`'s
+        // allocation of `bytes`; MADV_HUGEPAGE only changes how the kernel
+        // backs those pages, never their contents.
+        let _ =
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+    buf.resize(bytes / 8, 0);
+    let huge = kore_pack::safetensors::anon_huge_bytes(start).unwrap_or(0);
+    tracing::debug!("bench buffer: {huge} of {bytes} bytes on 2 MiB pages");
+    Some(buf)
 }

@@ -15,7 +15,7 @@ use kore_vmm::HugePageSize;
 
 use super::vmm_process::{Confinement, VmmProcess, VmmSpec};
 
-use crate::error::{LaunchError, Result};
+use crate::error::{ApplianceError, LaunchError, Result};
 
 /// The chat service's vsock port (docs/protocol.md).
 pub const SERVICE_PORT: u32 = 1025;
@@ -24,10 +24,7 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// [`READY_TIMEOUT`], or `KORE_BOOT_TIMEOUT_S` seconds (slow hosts; tests of a hung guest).
 pub fn ready_timeout() -> Duration {
-    std::env::var("KORE_BOOT_TIMEOUT_S")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(READY_TIMEOUT, Duration::from_secs)
+    crate::env::seconds("KORE_BOOT_TIMEOUT_S", READY_TIMEOUT)
 }
 /// How to boot.
 #[derive(Debug, Clone)]
@@ -176,10 +173,9 @@ impl VmAppliance {
             match vsock::connect(&self.socket, SERVICE_PORT) {
                 Ok(s) => return Ok(s),
                 Err(e) if is_not_yet(&e) => {}
-                Err(e) => return Err(LaunchError::Other(format!("the Kore guest's vsock: {e}"))),
+                Err(e) => return Err(ApplianceError::Vsock(e).into()),
             }
-            let vmm =
-                self.vmm.as_mut().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
+            let vmm = self.vmm.as_mut().ok_or(ApplianceError::Gone)?;
             if let Some(ended) = vmm.wait_timeout(Duration::from_millis(10)) {
                 let tail = ended.console.join("\n");
                 let how = match (ended.status, &ended.error) {
@@ -187,16 +183,11 @@ impl VmAppliance {
                     (None, Some(e)) => e.clone(),
                     (None, None) => "ended".to_string(),
                 };
-                return Err(LaunchError::Other(format!(
-                    "the Kore guest {how} before its service was ready; console:\n{tail}"
-                )));
+                return Err(ApplianceError::EndedEarly { how, console: tail }.into());
             }
             let limit = ready_timeout();
             if started.elapsed() > limit {
-                return Err(LaunchError::Other(format!(
-                    "the Kore guest did not accept on vsock port {SERVICE_PORT} within {limit:?}; \
-                     it hangs or the host is very slow (KORE_BOOT_TIMEOUT_S waits longer)"
-                )));
+                return Err(ApplianceError::BootTimeout { port: SERVICE_PORT, limit }.into());
             }
         }
     }
@@ -223,15 +214,12 @@ impl VmAppliance {
 
     /// Blocks until the guest exits (for a background `up` process).
     pub fn wait(mut self) -> Result<u32> {
-        let mut vmm = self.vmm.take().ok_or_else(|| LaunchError::Other("the VM is gone".into()))?;
+        let mut vmm = self.vmm.take().ok_or(ApplianceError::Gone)?;
         let ended = vmm.wait();
         let _ = std::fs::remove_file(&self.socket);
         match (ended.status, ended.error) {
             (Some(status), _) => Ok(status),
-            (None, e) => Err(LaunchError::Other(format!(
-                "the Kore VM: {}",
-                e.unwrap_or_else(|| "ended".into())
-            ))),
+            (None, e) => Err(ApplianceError::Ended(e.unwrap_or_else(|| "ended".into())).into()),
         }
     }
 
@@ -295,10 +283,7 @@ fn remove_stale_socket(socket: &Path) -> Result<()> {
         return Ok(());
     }
     if UnixStream::connect(socket).is_ok() {
-        return Err(LaunchError::Other(format!(
-            "{} is in use by a running appliance; stop it with `kore-launch down` or use another runtime directory",
-            socket.display()
-        )));
+        return Err(ApplianceError::SocketInUse(socket.display().to_string()).into());
     }
     std::fs::remove_file(socket)
         .map_err(|source| LaunchError::Io { path: socket.display().to_string(), source })
@@ -307,7 +292,7 @@ fn remove_stale_socket(socket: &Path) -> Result<()> {
 /// Connects to the service through the VM's vsock socket
 /// ([`kore_vmm::vsock::connect`]).
 pub fn connect_service(socket: &Path) -> Result<UnixStream> {
-    vsock::connect(socket, SERVICE_PORT).map_err(|e| LaunchError::Other(e.to_string()))
+    vsock::connect(socket, SERVICE_PORT).map_err(|e| ApplianceError::Vsock(e).into())
 }
 
 /// Whether a connect failure means "not yet": the socket is not there, the

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 pub use kore_vmm_process::{Confinement, VmmEvent, VmmSpec};
 
-use crate::error::{LaunchError, Result};
+use crate::error::{ApplianceError, LaunchError, Result};
 
 /// Where a build of the source tree puts the binary, under its target directory.
 const BUILT_REL: &str = "vmm-process/release/kore-vmm";
@@ -59,9 +59,7 @@ impl VmmProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|e| {
-                LaunchError::Other(format!("cannot start the VMM process {}: {e}", exe.display()))
-            })?;
+            .map_err(|source| LaunchError::Start { what: "the VMM process (kore-vmm)", source })?;
         let spec_json = serde_json::to_vec(spec).expect("a spec serializes");
         let mut stdin = child.stdin.take().expect("piped stdin");
         // A child that died at once shows up below as an exit without events.
@@ -88,9 +86,7 @@ impl VmmProcess {
                 }
                 Err(_) => {
                     let how = me.reap();
-                    return Err(LaunchError::Other(format!(
-                        "the VMM process ended before the VM started ({how})"
-                    )));
+                    return Err(ApplianceError::VmmEnded(how.to_string()).into());
                 }
             }
         }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use kore_vmm::vsock::ConnectError;
 
 use super::vm::SERVICE_PORT;
-use crate::error::{LaunchError, Result};
+use crate::error::{ApplianceError, LaunchError, Result};
 
 /// How long a probe may go unanswered before the appliance counts as hung.
 pub const DEFAULT_LIMIT: Duration = Duration::from_secs(300);
@@ -33,11 +33,7 @@ pub struct Watchdog {
 impl Watchdog {
     /// A watchdog for the appliance on `socket`, with `KORE_HANG_TIMEOUT_S` as its limit.
     pub fn for_socket(socket: &Path) -> Self {
-        let limit = std::env::var("KORE_HANG_TIMEOUT_S")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&s| s > 0)
-            .map_or(DEFAULT_LIMIT, Duration::from_secs);
+        let limit = crate::env::seconds("KORE_HANG_TIMEOUT_S", DEFAULT_LIMIT);
         Self::with_limit(socket, limit)
     }
 
@@ -54,15 +50,9 @@ impl Watchdog {
     /// Ok if the appliance answers `info` within the limit; the hang error if not.
     pub fn check(&self, silent_for: Duration) -> Result<()> {
         let deadline = Instant::now() + self.limit;
-        let hung = |why: &str| {
-            LaunchError::Other(format!(
-                "the appliance stopped answering: no event for {}s on this request, and {why} \
-                 within {}s, so it is probably hung; the request is abandoned (restart an \
-                 appliance of `kore-launch up` with `down` and `up`). On a host so slow that one \
-                 engine step takes longer, raise KORE_HANG_TIMEOUT_S",
-                silent_for.as_secs(),
-                self.limit.as_secs()
-            ))
+        let hung = |why: &'static str| {
+            let (silent_s, limit_s) = (silent_for.as_secs(), self.limit.as_secs());
+            LaunchError::from(ApplianceError::Hung { silent_s, why, limit_s })
         };
         loop {
             match kore_vmm::vsock::connect(&self.socket, SERVICE_PORT) {
@@ -81,9 +71,7 @@ impl Watchdog {
                     }
                 }
                 Err(e) => {
-                    return Err(LaunchError::Other(format!(
-                        "the appliance went away in the middle of an answer ({e}); restart it"
-                    )))
+                    return Err(ApplianceError::WentAway(e).into());
                 }
             }
         }

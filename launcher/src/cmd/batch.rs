@@ -114,11 +114,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
         summary.tokens
     );
     if args.fail_on_error && summary.errors > 0 {
-        return Err(LaunchError::Other(format!(
-            "{} of {} lines failed (see their error rows); rerun to retry them",
-            summary.errors,
-            jobs.len()
-        )));
+        return Err(LaunchError::BatchFailed { failed: summary.errors, total: jobs.len() });
     }
     Ok(())
 }

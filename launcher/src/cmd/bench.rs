@@ -77,13 +77,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
 fn request(args: &BenchArgs) -> Result<BenchRequest> {
     let small = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     let r = BenchRequest {
-        prompt_tokens: args.prompt_tokens.or(env_count("KORE_BENCH_PROMPT_TOKENS")?),
-        decode_tokens: args.decode_tokens.or(env_count("KORE_BENCH_DECODE_TOKENS")?),
+        prompt_tokens: args.prompt_tokens.or(crate::env::count("KORE_BENCH_PROMPT_TOKENS")?),
+        decode_tokens: args.decode_tokens.or(crate::env::count("KORE_BENCH_DECODE_TOKENS")?),
         mtp: args.mtp.map(small),
         threads: args.threads.map(small),
         concurrency: (args.concurrency > 1).then_some(args.concurrency),
-        rounds: env_count("KORE_BENCH_ROUNDS")?,
-        draft_vocab: env_count("KORE_BENCH_DRAFT_VOCAB")?,
+        rounds: crate::env::count("KORE_BENCH_ROUNDS")?,
+        draft_vocab: crate::env::count("KORE_BENCH_DRAFT_VOCAB")?,
     };
     if r.mtp.is_some_and(|m| m > 0) && args.concurrency > 1 {
         return Err(LaunchError::Usage(format!(
@@ -97,40 +97,6 @@ fn request(args: &BenchArgs) -> Result<BenchRequest> {
     Ok(r)
 }
 
-/// A positive count from the environment.
-fn env_count(name: &str) -> Result<Option<u32>> {
-    match std::env::var(name) {
-        Err(_) => Ok(None),
-        Ok(v) => match v.trim().parse::<u32>() {
-            Ok(n) if n > 0 => Ok(Some(n)),
-            _ => Err(LaunchError::Usage(format!("{name} must be a positive integer, got {v:?}"))),
-        },
-    }
-}
-
-/// The read-bandwidth buffer of the in-process benchmark, advised for
-/// transparent 2 MiB pages before its first touch: the weights are read from
-/// 2 MiB pages too (a resident copy here, guest RAM in the VM), so the
-/// bandwidth fraction compares like with like.
-pub fn hugepage_buffer(bytes: usize) -> Option<Vec<u64>> {
-    let mut buf: Vec<u64> = Vec::new();
-    buf.try_reserve_exact(bytes / 8).ok()?;
-    let base = buf.as_mut_ptr() as usize;
-    let start = base.next_multiple_of(4096);
-    let end = (base + bytes) & !4095;
-    if end > start {
-        // SAFETY: [start, end) is page-aligned and lies inside `buf`'s
-        // allocation of `bytes`; MADV_HUGEPAGE only changes how the kernel
-        // backs those pages, never their contents.
-        let _ =
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
-    }
-    buf.resize(bytes / 8, 0);
-    let huge = kore_pack::safetensors::anon_huge_bytes(start).unwrap_or(0);
-    tracing::debug!("bench buffer: {huge} of {bytes} bytes on 2 MiB pages");
-    Some(buf)
-}
-
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
@@ -139,7 +105,7 @@ fn print(p: &Printed<'_>, as_json: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let io = |source| LaunchError::Io { path: "stdout".into(), source };
     if as_json {
-        let line = serde_json::to_string(p).map_err(|e| LaunchError::Other(e.to_string()))?;
+        let line = serde_json::to_string(p)?;
         return writeln!(out, "{line}").map_err(io);
     }
     for line in text_lines(p) {

@@ -120,7 +120,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [SIGTERM, SIGINT] {
         signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| LaunchError::Other(format!("cannot handle signal {sig}: {e}")))?;
+            .map_err(|source| LaunchError::Start { what: "a signal handler", source })?;
     }
     let placement = Placement { native: args.native, model: args.model.clone() };
     let backend = session::open_fresh(&placement)?;

@@ -46,7 +46,7 @@ pub fn run(flag: JsonFlag) -> Result<()> {
     found.checks.insert(0, Check::new("config", Status::Ok, config_detail, None));
     let report = Report::new(found.checks);
     print(&report, flag.json)
-        .map_err(|e| LaunchError::Other(format!("cannot write the report: {e}")))?;
+        .map_err(|source| LaunchError::Io { path: "standard output".into(), source })?;
     if report.ok {
         Ok(())
     } else {

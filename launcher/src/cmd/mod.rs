@@ -11,8 +11,6 @@ mod generate;
 pub(crate) mod pack;
 mod serve;
 mod session;
-mod session_appliance;
-mod session_fake;
 mod setup;
 mod status;
 mod tokenize;

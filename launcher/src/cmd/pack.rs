@@ -2,12 +2,11 @@
 
 use crate::cli::{PackCommand, PackImportArgs, Quant};
 use crate::error::{LaunchError, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use crate::term::progress::Bar;
 use kore_pack::config::LinearGroup;
 use kore_pack::head::HeadFormat;
 use kore_pack::import::{ImportOptions, QuantMode};
-use kore_pack::{PackError, Progress};
-use std::cell::RefCell;
+use kore_pack::PackError;
 use std::path::Path;
 
 /// Runs one `pack` subcommand.
@@ -79,7 +78,7 @@ fn inspect(dir: &Path, json: bool) -> Result<()> {
     let pack = kore_pack::Pack::open(dir).map_err(model_err)?;
     let report = kore_pack::inspect::inspect(&pack);
     if json {
-        let line = serde_json::to_string(&report).map_err(|e| LaunchError::Other(e.to_string()))?;
+        let line = serde_json::to_string(&report)?;
         println!("{line}");
         return Ok(());
     }
@@ -125,34 +124,4 @@ fn synth(preset: &str, out: &Path, seed: u64, head: HeadFormat) -> Result<()> {
     let bytes = pack.manifest().files.get("weights.safetensors").map(|f| f.bytes).unwrap_or(0);
     println!("{}: synthetic {preset} pack ({head} head), {bytes} bytes of weights", out.display());
     Ok(())
-}
-
-/// indicatif progress bars on stderr (hidden when stderr is not a terminal).
-#[derive(Default)]
-pub(crate) struct Bar(RefCell<Option<ProgressBar>>);
-
-impl Progress for Bar {
-    fn start(&self, label: &str, total: u64) {
-        let bar = ProgressBar::new(total);
-        let style = ProgressStyle::with_template(
-            "{msg} [{bar:32}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ");
-        bar.set_style(style);
-        bar.set_message(label.to_string());
-        *self.0.borrow_mut() = Some(bar);
-    }
-
-    fn inc(&self, n: u64) {
-        if let Some(b) = self.0.borrow().as_ref() {
-            b.inc(n);
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(b) = self.0.borrow_mut().take() {
-            b.finish_and_clear();
-        }
-    }
 }

@@ -49,7 +49,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
 /// Lets the user who ran `sudo kore-launch setup` open /dev/kvm (group `kvm`), so
 /// every command but `setup` runs without root.
 fn kvm_group(changes: &mut Changes<'_>) -> std::result::Result<(), HostError> {
-    let user = std::env::var("SUDO_USER").ok().filter(|u| !u.is_empty() && u != "root");
+    let user = crate::env::sudo_user();
     let Some(user) = user else {
         return changes.note(
             "to run the appliance as a user, add it to group kvm (`sudo usermod -aG kvm USER`, \
@@ -73,7 +73,7 @@ fn kvm_group(changes: &mut Changes<'_>) -> std::result::Result<(), HostError> {
 
 /// The filesystem root for host files: `/`, or `KORE_SYSROOT` (for tests and chroots).
 pub fn sysroot() -> SysRoot {
-    match std::env::var_os("KORE_SYSROOT").filter(|v| !v.is_empty()) {
+    match crate::env::path("KORE_SYSROOT") {
         Some(base) => SysRoot::new(base),
         None => SysRoot::default(),
     }

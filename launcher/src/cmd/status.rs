@@ -9,7 +9,7 @@ use super::daemon::{Probe, Runtime};
 use crate::appliance::vm::connect_service;
 use crate::cli::StatusArgs;
 use crate::client::{Client, Connection};
-use crate::error::{LaunchError, Result};
+use crate::error::{ApplianceError, LaunchError, Result};
 
 /// Runs `status`. Exits 0 whether or not the appliance is up.
 pub fn run(args: StatusArgs) -> Result<()> {
@@ -61,11 +61,10 @@ pub fn run(args: StatusArgs) -> Result<()> {
 }
 
 fn running(rt: &Runtime, pid: u32) -> Result<(Value, kore_protocol::InfoBody)> {
-    let stream = connect_service(&rt.socket()).map_err(|e| {
-        LaunchError::Other(format!(
-            "the appliance (pid {pid}) does not answer on {}: {e}",
-            rt.socket().display()
-        ))
+    let stream = connect_service(&rt.socket()).map_err(|e| ApplianceError::NotAnswering {
+        pid,
+        socket: rt.socket().display().to_string(),
+        source: Box::new(e),
     })?;
     let reader = stream
         .try_clone()

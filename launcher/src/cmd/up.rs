@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::daemon::{Probe, Runtime};
 use crate::appliance::vm::connect_service;
 use crate::cli::UpArgs;
-use crate::error::{LaunchError, Result};
+use crate::error::{ApplianceError, LaunchError, Result};
 
 /// Runs `up`.
 pub fn run(args: UpArgs, verbose: u8) -> Result<()> {
@@ -56,25 +56,24 @@ pub fn run(args: UpArgs, verbose: u8) -> Result<()> {
             Ok(())
         });
     }
-    let mut child =
-        cmd.spawn().map_err(|e| LaunchError::Other(format!("cannot start the daemon: {e}")))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|source| LaunchError::Start { what: "the appliance daemon", source })?;
     let started = std::time::Instant::now();
     loop {
         let limit = crate::appliance::vm::ready_timeout();
         if started.elapsed() > limit {
-            return Err(LaunchError::Other(format!(
-                "the appliance did not answer within {:?} (log: {}); `kore-launch down` stops it",
-                limit,
-                rt.log_file().display()
-            )));
+            let log = rt.log_file().display().to_string();
+            return Err(ApplianceError::DaemonTimeout { limit, log }.into());
         }
-        if let Some(status) = child.try_wait().map_err(|e| LaunchError::Other(e.to_string()))? {
+        let waited = child.try_wait();
+        let waited =
+            waited.map_err(|source| LaunchError::Start { what: "the appliance daemon", source })?;
+        if let Some(status) = waited {
             let log = std::fs::read_to_string(rt.log_file()).unwrap_or_default();
             let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-            return Err(LaunchError::Other(format!(
-                "the appliance did not start ({status}): {last} (log: {})",
-                rt.log_file().display()
-            )));
+            let (last, log) = (last.to_string(), rt.log_file().display().to_string());
+            return Err(ApplianceError::DaemonExited { status, last, log }.into());
         }
         if matches!(rt.probe(), Probe::Running(_)) && connect_service(&rt.socket()).is_ok() {
             break;

@@ -115,10 +115,13 @@ pub fn run(state: AppState, addr: SocketAddr) -> Result<()> {
         .map_err(|source| LaunchError::Start { what: "the async runtime", source })?;
     let state = Arc::new(state);
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| LaunchError::Other(format!("cannot listen on {addr}: {e}")))?;
-        let local = listener.local_addr().map_err(|e| LaunchError::Other(e.to_string()))?;
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| {
+            LaunchError::Serve { what: format!("cannot listen on {addr}"), source }
+        })?;
+        let local = listener.local_addr().map_err(|source| LaunchError::Serve {
+            what: format!("cannot read the address of {addr}"),
+            source,
+        })?;
         println!(
             "kore-launch serve: http://{local}/ (model {}; OpenAI API at http://{local}/v1)",
             state.model
@@ -132,7 +135,10 @@ pub fn run(state: AppState, addr: SocketAddr) -> Result<()> {
             notify.notify_waiters();
         });
         tokio::select! {
-            r = server => r.map_err(|e| LaunchError::Other(format!("the HTTP server failed: {e}"))),
+            r = server => r.map_err(|source| LaunchError::Serve {
+                what: "the HTTP server failed".into(),
+                source,
+            }),
             () = async {
                 stopping.notified().await;
                 tokio::time::sleep(std::time::Duration::from_secs(3)).await;

@@ -1,8 +1,10 @@
 //! Terminal helpers for the interactive commands, on plain std I/O and libc:
 //! Ctrl-C as a flag ([`sigint`]), reading multi-line input ([`input`]), and
-//! rendering a streamed answer with folded thinking ([`render`]).
+//! rendering a streamed answer with folded thinking ([`render`]), progress
+//! bars for long work ([`progress`]).
 
 pub mod input;
+pub mod progress;
 pub mod render;
 pub mod sigint;
 

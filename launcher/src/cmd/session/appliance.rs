@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::session::{Backend, Placement, Streams};
+use super::{Backend, Placement, Streams};
 use crate::appliance::Appliance;
 use crate::error::Result;
 

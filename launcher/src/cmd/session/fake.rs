@@ -16,7 +16,7 @@ use kore_service::fake::{
 use kore_service::host::{ServiceHandle, StdClock};
 use kore_service::{Config, Engine, EngineError, EngineInfo, GenParams, SeqId, Service, StepOut};
 
-use super::session::{Backend, Streams};
+use super::{Backend, Streams};
 use crate::error::{LaunchError, Result};
 
 /// Context limit the fake reports.
@@ -27,8 +27,7 @@ pub fn open(kind: &str) -> Result<Box<dyn Backend>> {
     if kind != "echo" {
         return Err(LaunchError::Usage(format!("KORE_LAUNCH_FAKE={kind}: only `echo` exists")));
     }
-    let delay = std::env::var("KORE_LAUNCH_FAKE_DELAY_MS")
-        .ok()
+    let delay = crate::env::get("KORE_LAUNCH_FAKE_DELAY_MS")
         .and_then(|s| s.parse::<u64>().ok())
         .map_or(Duration::ZERO, Duration::from_millis);
     let handle = ServiceHandle::spawn(move || {
@@ -36,7 +35,7 @@ pub fn open(kind: &str) -> Result<Box<dyn Backend>> {
             ScriptedEngine { inner: FakeEngine::new(Behaviour::Echo, FAKE_CONTEXT), delay };
         Service::new(engine, FakeCodec, StdClock::new(), Config::default())
     })
-    .map_err(|e| LaunchError::Other(format!("cannot start the fake service: {e}")))?;
+    .map_err(|source| LaunchError::Start { what: "the fake service", source })?;
     Ok(Box::new(FakeBackend { handle }))
 }
 

@@ -4,6 +4,9 @@
 //! Kore guest (over the VM's vsock socket), in-process (`--native`), or — for
 //! the launcher's own tests — on kore-service's fake engine (`KORE_LAUNCH_FAKE`).
 
+mod appliance;
+mod fake;
+
 use std::io::{Read, Write};
 
 use kore_protocol::{GenerateRequest, Stats};
@@ -62,9 +65,9 @@ pub fn open_fresh(placement: &Placement) -> Result<Box<dyn Backend>> {
 }
 
 fn open_with(placement: &Placement, attach: bool) -> Result<Box<dyn Backend>> {
-    let backend = match std::env::var("KORE_LAUNCH_FAKE").ok().filter(|s| !s.is_empty()) {
-        Some(kind) => super::session_fake::open(&kind)?,
-        None => super::session_appliance::open(placement, attach)?,
+    let backend = match crate::env::get("KORE_LAUNCH_FAKE") {
+        Some(kind) => fake::open(&kind)?,
+        None => appliance::open(placement, attach)?,
     };
     tracing::info!("engine: {}", backend.describe());
     Ok(backend)
