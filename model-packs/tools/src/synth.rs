@@ -15,7 +15,7 @@
 //! The output head follows `--head` ([`crate::head`]): `q8` heads are random
 //! int8 with F16 block scales of the embedding's magnitude.
 
-use crate::config::{LayerType, PackConfig, TensorKind, ARCHITECTURE};
+use crate::config::{LayerType, PackConfig, TensorKind};
 use crate::error::{PackError, Result};
 use crate::head::{HeadFormat, LM_HEAD, LM_HEAD_EXACT, Q8_GROUP};
 use crate::manifest::{
@@ -90,6 +90,7 @@ pub fn preset(name: &str) -> Result<PackConfig> {
         mtp_num_hidden_layers: 1,
         max_position_embeddings: 262144,
         eos_token_ids: vec![248046, 248044],
+        moe: None,
     })
 }
 
@@ -198,7 +199,7 @@ pub fn synth_config_with(
     let manifest = Manifest {
         format_version: FORMAT_VERSION,
         name: name.to_string(),
-        architecture: ARCHITECTURE.into(),
+        architecture: config.architecture().into(),
         context_length: config.max_position_embeddings,
         mtp: config.mtp_num_hidden_layers > 0,
         alignment: ALIGNMENT,

@@ -12,7 +12,7 @@ mod source;
 
 pub use source::{pack_name, HfCheckpoint};
 
-use crate::config::{ExpectedTensor, LinearGroup, TensorKind, ARCHITECTURE};
+use crate::config::{ExpectedTensor, LinearGroup, TensorKind};
 use crate::error::{PackError, Result};
 use crate::head::{HeadFormat, DEFAULT_HEAD, LM_HEAD, LM_HEAD_EXACT};
 use crate::manifest::{Manifest, Quantization, Scheme, TokenizerEntry, ALIGNMENT, FORMAT_VERSION};
@@ -374,7 +374,7 @@ fn build_manifest(
     Ok(Manifest {
         format_version: FORMAT_VERSION,
         name,
-        architecture: ARCHITECTURE.into(),
+        architecture: ck.config.architecture().into(),
         context_length: opts.context_length.unwrap_or(ck.config.max_position_embeddings),
         mtp: ck.config.mtp_num_hidden_layers > 0,
         alignment: ALIGNMENT,
