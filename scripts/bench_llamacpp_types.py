@@ -13,7 +13,9 @@ output head is the embedding). Exits 1 with the offending tensors otherwise.
 
 `--bytes-per-token` prints only the weight bytes one decode step reads: every
 tensor, less the embedding when a separate output head exists (a token reads
-one embedding row), less MTP (`nextn`) tensors.
+one embedding row), less MTP (`nextn`) tensors; of an MoE model's stacked
+expert tensors (`*_exps`) only the routed share, expert_used_count of
+expert_count.
 """
 import json
 import sys
@@ -45,9 +47,22 @@ def summarize(path, expect="nvfp4"):
     return by_type, wrong, "output.weight" not in names
 
 
+def expert_share(reader):
+    """(experts used per token, experts) from the GGUF's metadata; (1, 1) if dense."""
+    used = count = None
+    for key, field in reader.fields.items():
+        if key.endswith(".expert_used_count"):
+            used = int(field.parts[field.data[0]][0])
+        elif key.endswith(".expert_count"):
+            count = int(field.parts[field.data[0]][0])
+    return (used, count) if used and count else (1, 1)
+
+
 def bytes_per_token(path):
     """Weight bytes a decode step reads (see the module docs)."""
-    tensors = GGUFReader(path).tensors
+    reader = GGUFReader(path)
+    tensors = reader.tensors
+    used, count = expert_share(reader)
     names = {t.name for t in tensors}
     total = 0
     for t in tensors:
@@ -55,7 +70,8 @@ def bytes_per_token(path):
             continue
         if t.name == "token_embd.weight" and "output.weight" in names:
             continue
-        total += int(t.n_bytes)
+        n = int(t.n_bytes)
+        total += n * used // count if "_exps." in t.name else n
     return total
 
 

@@ -134,3 +134,28 @@ fn weight_bytes_per_token_counts_the_active_parameters() {
     assert_eq!(model.weight_bytes_per_token(), want);
     assert!(k < e, "the fixture routes to a subset");
 }
+
+#[test]
+fn bench_counts_the_experts_batched_decode_reads() {
+    use kore_engine::bench::{run, BenchOptions};
+    let hf = HfModelDir::open(&fixture("moe_f32_untied")).unwrap();
+    let model = hf.model().unwrap();
+    let start = std::time::Instant::now();
+    let clock = || start.elapsed().as_nanos() as u64;
+    let opts = |concurrency| BenchOptions {
+        prompt_tokens: 8,
+        decode_tokens: 6,
+        concurrency,
+        ..Default::default()
+    };
+    let one = run(&model, 10.0, &clock, &opts(1), &mut |_| {}).unwrap();
+    assert_eq!(one.weight_bytes_per_step, model.weight_bytes_per_token() as u64);
+    // Four sequences from different tokens route apart: a step reads more
+    // experts than one token's, at most every expert of every layer.
+    let four = run(&model, 10.0, &clock, &opts(4), &mut |_| {}).unwrap();
+    let (per, k, e) = expert_bytes(&model);
+    let layers = model.layers.len();
+    let fixed = model.weight_bytes_per_token() - layers * k * per;
+    assert!(four.weight_bytes_per_step > one.weight_bytes_per_step, "{four:?}");
+    assert!(four.weight_bytes_per_step <= (fixed + layers * e.min(4 * k) * per) as u64);
+}

@@ -284,6 +284,18 @@ impl<'a> Model<'a> {
         layers + self.lm_head.weight_bytes() + self.rescore_bytes_per_row()
     }
 
+    /// Of [`Model::weight_bytes_per_token`], the routed experts' share: one
+    /// token's `top_k` experts in every MoE layer (0 for a dense model).
+    pub fn routed_bytes_per_token(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match &l.mlp {
+                Ffn::Moe(m) => m.routed_bytes_per_token(),
+                Ffn::Dense(_) => 0,
+            })
+            .sum()
+    }
+
     /// Bytes of the exact head one row of logits rescores (0 without one).
     pub fn rescore_bytes_per_row(&self) -> usize {
         self.head_exact

@@ -93,11 +93,15 @@ impl<'a> Moe<'a> {
     /// Weight bytes one token reads: router, shared expert and its gate, and
     /// `top_k` routed experts (the active parameters).
     pub fn active_bytes(&self) -> usize {
-        let per_expert = self.experts.iter().map(swiglu_bytes).max().unwrap_or(0);
         self.router.weight_bytes()
             + self.shared_expert_gate.weight_bytes()
             + swiglu_bytes(&self.shared_expert)
-            + self.top_k * per_expert
+            + self.routed_bytes_per_token()
+    }
+
+    /// Weight bytes of the `top_k` routed experts one token reads.
+    pub fn routed_bytes_per_token(&self) -> usize {
+        self.top_k * self.experts.iter().map(swiglu_bytes).max().unwrap_or(0)
     }
 
     /// The block over `x` (`[t, hidden]`, already normed); returns `[t, hidden]`.
