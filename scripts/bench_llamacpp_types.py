@@ -9,7 +9,8 @@ premise (`--expect`, default nvfp4): every projection (2-D `.weight` except the
 embedding, the output head and the conv1d kernel) is NVFP4 (or BF16 with
 `--expect bf16`, the source of llama-quantize; `any` checks nothing, for its
 Q4_0 / Q4_K_M outputs), and the embedding and output head are BF16 (a tied
-output head is the embedding). Exits 1 with the offending tensors otherwise.
+output head is the embedding). An MoE router (`ffn_gate_inp`) may be F32: the
+converter writes it so whatever the output type. Exits 1 with the offending tensors otherwise.
 
 `--bytes-per-token` prints only the weight bytes one decode step reads: every
 tensor, less the embedding when a separate output head exists (a token reads
@@ -41,6 +42,8 @@ def summarize(path, expect="nvfp4"):
         if t.name in UNQUANTIZED:
             if kind != "BF16":
                 wrong.append(f"{t.name}: {kind}, expected BF16")
+        elif ".ffn_gate_inp" in t.name and kind == "F32":
+            continue  # an MoE router (and shared-expert gate): the converter keeps it F32
         elif t.name.endswith(".weight") and is_matrix and "conv1d" not in t.name and kind != want:
             wrong.append(f"{t.name}: {kind}, expected {want}")
     names = {t.name for t in reader.tensors}
