@@ -1,4 +1,4 @@
-//! The Qwen3.5 text model (dense, or MoE: [`moe`]): weights borrowed from a
+//! The Qwen3.5 text model (dense, or MoE: the `moe` module): weights borrowed from a
 //! `TensorSource` and one readable forward pass over a batch of tokens of one
 //! sequence.
 //!
