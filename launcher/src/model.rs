@@ -139,17 +139,29 @@ pub fn open(path: Option<&Path>) -> Result<ModelFiles> {
 /// against pack.toml's sizes and digests (hashed once, then cached: see
 /// [`crate::pack_check`]); the tokenizer is the one pack.toml names.
 ///
-/// The weights are copied into hugepage-backed memory first, as the VMM
-/// preloads them into guest RAM, so native and guest runs read weights the same
-/// way; `KORE_NATIVE_WEIGHTS=mmap` reads them through the file mapping instead.
+/// A dense pack's weights are copied into hugepage-backed memory first, as the
+/// VMM preloads them into guest RAM, so native and guest runs read weights the
+/// same way. A mixture-of-experts pack stays mapped from the file: a token reads
+/// only its routed experts, and a copy would pin every expert in memory (a
+/// 35B-A3B pack is ~20 GB) where the page cache can hold the ones in use.
+/// `KORE_NATIVE_WEIGHTS=mmap` or `resident` chooses either for any pack.
 pub fn open_pack(path: &Path) -> Result<ModelFiles> {
     crate::pack_check::ensure_intact(path)?;
+    let bar = crate::cmd::pack::Bar::default();
     let pack = match std::env::var("KORE_NATIVE_WEIGHTS").as_deref() {
         Ok("mmap") => Pack::open(path),
-        Ok("resident") | Err(_) => Pack::open_resident(path, &crate::cmd::pack::Bar::default()),
+        Ok("resident") => Pack::open_resident(path, &bar),
+        Err(_) => Pack::open(path).and_then(|p| {
+            if p.config().moe.is_some() {
+                Ok(p)
+            } else {
+                p.into_resident(&bar)
+            }
+        }),
         Ok(other) => {
             return Err(LaunchError::Usage(format!(
-                "KORE_NATIVE_WEIGHTS={other}: expected `resident` (the default) or `mmap`"
+                "KORE_NATIVE_WEIGHTS={other}: expected `mmap` or `resident` (the default: \
+                 `resident` for a dense pack, `mmap` for a mixture-of-experts one)"
             )))
         }
     }
@@ -256,6 +268,21 @@ mod tests {
         std::fs::write(b.join("pack.toml"), "").unwrap();
         assert_eq!(find_default(&[a, b.clone()]).unwrap(), b);
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn an_moe_pack_stays_mapped_and_a_dense_one_is_copied() {
+        // Assumes KORE_NATIVE_WEIGHTS is unset (the default placement).
+        let dir = tempfile::tempdir().unwrap();
+        let moe = dir.path().join("moe");
+        let head = kore_pack::head::DEFAULT_HEAD;
+        kore_pack::synth::synth("qwen3.5-moe-tiny", &moe, 1, head, Some(2), &kore_pack::NoProgress)
+            .unwrap();
+        let files = open_pack(&moe).unwrap();
+        assert_eq!(files.residency(), "mapped from the file (4 KiB pages)");
+        files.model().unwrap();
+        let dense = open_pack(&resolve(None).unwrap()).unwrap();
+        assert!(dense.residency().starts_with("copied"), "{}", dense.residency());
     }
 
     #[test]
