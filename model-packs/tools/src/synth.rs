@@ -40,11 +40,17 @@ pub const PRESETS: [&str; 5] =
 /// 35B-A3B, and a small one with the same structure for tests.
 pub const MOE_PRESETS: [&str; 2] = ["qwen3.5-35b-a3b", "qwen3.5-moe-tiny"];
 
-/// Qwen3.5 special tokens (id, text) used by synthetic tokenizers.
-pub const QWEN35_SPECIALS: [(u64, &str); 5] = [
+/// Qwen3.5 special tokens (id, text) used by synthetic tokenizers: the ones
+/// the chat template needs (tool calls and results included), so that a
+/// synthetic pack can `chat` and `serve`.
+pub const QWEN35_SPECIALS: [(u64, &str); 9] = [
     (248044, "<|endoftext|>"),
     (248045, "<|im_start|>"),
     (248046, "<|im_end|>"),
+    (248058, "<tool_call>"),
+    (248059, "</tool_call>"),
+    (248066, "<tool_response>"),
+    (248067, "</tool_response>"),
     (248068, "<think>"),
     (248069, "</think>"),
 ];
