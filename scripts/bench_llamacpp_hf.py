@@ -51,11 +51,20 @@ def read_header(path):
 
 
 def hf_config(pack):
-    """config.json for Qwen3_5ForCausalLM with a ModelOpt NVFP4 quantization_config."""
+    """config.json for Qwen3_5ForCausalLM (Qwen3_5MoeForCausalLM for a pack with
+    [config.moe], its keys at the top level as transformers names them) with a
+    ModelOpt NVFP4 quantization_config."""
     manifest = tomllib.load(open(os.path.join(pack, "pack.toml"), "rb"))
     cfg = dict(manifest["config"])
-    cfg["model_type"] = "qwen3_5_text"
-    cfg["architectures"] = ["Qwen3_5ForCausalLM"]
+    moe = cfg.pop("moe", None)
+    if moe:
+        cfg.update(moe)
+        cfg.pop("intermediate_size", None)  # not a qwen3_5_moe_text key
+        cfg["model_type"] = "qwen3_5_moe_text"
+        cfg["architectures"] = ["Qwen3_5MoeForCausalLM"]
+    else:
+        cfg["model_type"] = "qwen3_5_text"
+        cfg["architectures"] = ["Qwen3_5ForCausalLM"]
     cfg["torch_dtype"] = "bfloat16"
     quant = manifest.get("quantization", {})
     modules = quant.get("modules", {})

@@ -9,11 +9,14 @@ premise (`--expect`, default nvfp4): every projection (2-D `.weight` except the
 embedding, the output head and the conv1d kernel) is NVFP4 (or BF16 with
 `--expect bf16`, the source of llama-quantize; `any` checks nothing, for its
 Q4_0 / Q4_K_M outputs), and the embedding and output head are BF16 (a tied
-output head is the embedding). Exits 1 with the offending tensors otherwise.
+output head is the embedding). An MoE router (`ffn_gate_inp`) may be F32: the
+converter writes it so whatever the output type. Exits 1 with the offending tensors otherwise.
 
 `--bytes-per-token` prints only the weight bytes one decode step reads: every
 tensor, less the embedding when a separate output head exists (a token reads
-one embedding row), less MTP (`nextn`) tensors.
+one embedding row), less MTP (`nextn`) tensors; of an MoE model's stacked
+expert tensors (`*_exps`) only the routed share, expert_used_count of
+expert_count.
 """
 import json
 import sys
@@ -39,15 +42,30 @@ def summarize(path, expect="nvfp4"):
         if t.name in UNQUANTIZED:
             if kind != "BF16":
                 wrong.append(f"{t.name}: {kind}, expected BF16")
+        elif ".ffn_gate_inp" in t.name and kind == "F32":
+            continue  # an MoE router (and shared-expert gate): the converter keeps it F32
         elif t.name.endswith(".weight") and is_matrix and "conv1d" not in t.name and kind != want:
             wrong.append(f"{t.name}: {kind}, expected {want}")
     names = {t.name for t in reader.tensors}
     return by_type, wrong, "output.weight" not in names
 
 
+def expert_share(reader):
+    """(experts used per token, experts) from the GGUF's metadata; (1, 1) if dense."""
+    used = count = None
+    for key, field in reader.fields.items():
+        if key.endswith(".expert_used_count"):
+            used = int(field.parts[field.data[0]][0])
+        elif key.endswith(".expert_count"):
+            count = int(field.parts[field.data[0]][0])
+    return (used, count) if used and count else (1, 1)
+
+
 def bytes_per_token(path):
     """Weight bytes a decode step reads (see the module docs)."""
-    tensors = GGUFReader(path).tensors
+    reader = GGUFReader(path)
+    tensors = reader.tensors
+    used, count = expert_share(reader)
     names = {t.name for t in tensors}
     total = 0
     for t in tensors:
@@ -55,7 +73,8 @@ def bytes_per_token(path):
             continue
         if t.name == "token_embd.weight" and "output.weight" in names:
             continue
-        total += int(t.n_bytes)
+        n = int(t.n_bytes)
+        total += n * used // count if "_exps." in t.name else n
     return total
 
 

@@ -245,7 +245,8 @@ pub enum PackCommand {
     },
     /// Write a pack with a preset's exact shapes and random NVFP4 weights.
     Synth {
-        /// qwen3.5-0.8b, qwen3.5-2b, qwen3.5-4b, qwen3.5-9b or qwen3.5-27b.
+        /// qwen3.5-0.8b, qwen3.5-2b, qwen3.5-4b, qwen3.5-9b, qwen3.5-27b,
+        /// qwen3.5-35b-a3b (MoE) or qwen3.5-moe-tiny (a small MoE for tests).
         #[arg(long)]
         preset: String,
         /// Output pack directory.
@@ -259,6 +260,10 @@ pub enum PackCommand {
         /// candidates); default nvfp4 (docs/pack-format.md).
         #[arg(long, value_enum)]
         head: Option<Head>,
+        /// Keep only the first N decoder layers (same shapes), for hosts that
+        /// cannot hold the whole model.
+        #[arg(long, value_name = "N")]
+        layers: Option<u64>,
     },
 }
 
@@ -295,8 +300,9 @@ pub struct PackImportArgs {
     #[arg(long, value_enum, default_value_t = Quant::Nvfp4)]
     pub quant: Quant,
     /// Linear families quantized with NVFP4 (comma-separated: mlp, attention,
-    /// linear-attention, lm-head, mtp-fc).
-    #[arg(long, value_delimiter = ',', default_value = "mlp,attention,linear-attention")]
+    /// linear-attention, experts, router, lm-head, mtp-fc; experts and router
+    /// exist in MoE models only).
+    #[arg(long, value_delimiter = ',', default_value = "mlp,attention,linear-attention,experts")]
     pub quantize: Vec<String>,
     /// Keep modules matching this glob unquantized (repeatable), e.g. 'model.layers.0.*'.
     #[arg(long, value_name = "GLOB")]

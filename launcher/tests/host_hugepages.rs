@@ -235,6 +235,19 @@ fn budget_reads_a_pack_toml_and_falls_back_without_a_shape() {
     assert!(matches!(err, HostError::Pack { .. }) && err.to_string().contains("--model"), "{err}");
 }
 
+#[test]
+fn an_moe_pack_sizes_its_grouped_activations_and_says_it_holds_every_expert() {
+    let tree = Tree::new();
+    let toml = "format_version = 1\nname = \"t\"\n[config]\nnum_hidden_layers = 4\nhidden_size = 2048\nnum_key_value_heads = 2\nhead_dim = 256\n[config.moe]\nnum_experts = 256\nnum_experts_per_tok = 8\nmoe_intermediate_size = 512\nshared_expert_intermediate_size = 512\n";
+    let dir = write_model(&tree, "moe", toml);
+    let b = Budget::compute(&dir, 10).unwrap();
+    // 512 chunk tokens x 8 experts x (2 x 2048 + 2 x 512) x 4 bytes.
+    assert_eq!(b.heap, HEAP_BYTES + 512 * 8 * (2 * 2048 + 2 * 512) * 4);
+    assert!(b.notes.iter().any(|n| n.contains("every expert")), "{:?}", b.notes);
+    let dense = write_model(&tree, "dense", CONFIG);
+    assert_eq!(Budget::compute(&dense, 10).unwrap().heap, HEAP_BYTES);
+}
+
 /// `doctor`/`setup` count exactly the RAM the VMM allocates at boot: the
 /// boot's own memory (`appliance::boot_options` uses `Budget::own_memory`)
 /// and the pack as `kore_vmm::preload::plan` places it, laid out by the

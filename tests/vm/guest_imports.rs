@@ -1,8 +1,8 @@
 //! `generate --model HF_DIR` in the Kore VM: the directory is imported on the fly with its
 //! dtypes kept, so the guest gives transformers' greedy tokens (the committed reference
-//! fixtures of kore-engine, made by scripts/reference/gen_fixtures.py) on an f32 checkpoint
-//! at every `--guest-cpu` level and on a bf16 one, and `--native`'s on an f16 copy of the f32
-//! one.
+//! fixtures of kore-engine, made by scripts/reference/gen_fixtures.py and, for Qwen3.5 MoE,
+//! gen_moe_fixtures.py) on f32 checkpoints at every `--guest-cpu` level and on bf16 ones,
+//! and `--native`'s on an f16 copy of the f32 one.
 //!
 //! Needs /dev/kvm and the guest images (scripts/test.sh builds them first).
 
@@ -139,7 +139,8 @@ fn ids(v: &Value) -> Vec<i32> {
 fn f32_and_bf16_checkpoints_in_the_guest_equal_transformers() {
     kore_e2e::require_kvm();
     let tmp = tempfile::tempdir().unwrap();
-    for name in ["mixed_f32_untied", "linear_bf16_tied"] {
+    for name in ["mixed_f32_untied", "linear_bf16_tied", "moe_f32_untied", "moe_bf16_tied_mm_fused"]
+    {
         let dir = hf_dir(&fixture(name), &tmp.path().join(name), false);
         let cases = reference(&fixture(name));
         assert!(!cases.is_empty(), "{name}: no reference cases");

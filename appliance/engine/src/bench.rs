@@ -10,7 +10,9 @@
 //!    with each part's share of its time (`crate::profile`)
 //! 3. decode:  `decode_tokens` greedy single-token steps from the prefilled state
 //!    (with `concurrency = C > 1`: C copies of it decode together, one
-//!    `Model::forward_batch` a step; tok/s per sequence and all together)
+//!    `Model::forward_batch` a step, each copy starting from its own first
+//!    token so that an MoE model routes them apart; tok/s per sequence and all
+//!    together)
 //! 4. with `mtp = N > 0` (and an MTP head): `rounds` rounds, each one plain
 //!    decode (as 3) and one speculative decode of `decode_tokens` greedy tokens
 //!    (N drafts every step, untimed fresh prefill first), in ABBA order so drift
@@ -19,6 +21,8 @@
 //!    step over 1..=8 tokens from the prefilled state, which with the measured
 //!    draft cost gives the projected speedups (`Projection`)
 //! achieved_gbps = weight_bytes_per_step / step time; fraction = achieved / measured
+//! (an MoE model's weight_bytes_per_step counts the routed experts the steps
+//! actually read, `Model::expert_reads`, instead of top_k per token)
 //! ```
 
 use alloc::format;
@@ -438,7 +442,11 @@ fn decode_plain(
     progress: &mut dyn FnMut(String),
 ) -> Result<Decode, BenchError> {
     let mut states = alloc::vec![prefilled.clone(); seqs];
-    let mut next = alloc::vec![first; seqs];
+    // Copies beyond the first start from other tokens: identical sequences
+    // would route every token of an MoE step to the same experts.
+    let vocab = model.config.vocab_size as u32;
+    let mut next: Vec<u32> = (0..seqs as u32).map(|i| (first + i * 7919) % vocab).collect();
+    let (routed0, _) = model.expert_reads();
     let t0 = clock();
     for i in 0..steps {
         if seqs == 1 {
@@ -463,7 +471,8 @@ fn decode_plain(
         }
     }
     let seconds = secs(clock().saturating_sub(t0));
-    let bytes = model.weight_bytes_per_token() as u64;
+    let routed = (model.expert_reads().0 - routed0) / steps as u64;
+    let bytes = (model.weight_bytes_per_token() - model.routed_bytes_per_token()) as u64 + routed;
     Ok(Decode { seconds, tokens: steps, steps, bytes })
 }
 

@@ -1,6 +1,6 @@
-//! Kore inference engine: the Qwen3.5 dense text model (Gated DeltaNet + gated
-//! full attention), `no_std + alloc` at its core so the same code runs in the
-//! Kore guest and natively on the host.
+//! Kore inference engine: the Qwen3.5 text models (Gated DeltaNet + gated
+//! full attention, with dense or mixture-of-experts MLPs), `no_std + alloc` at
+//! its core so the same code runs in the Kore guest and natively on the host.
 //!
 //! - [`config`]: `ModelConfig` from a Hugging Face `config.json`, and
 //!   [`safetensors`]: the strict reader (both re-exported from kore-pack-format,
@@ -9,8 +9,9 @@
 //! - [`weights`]: `Linear` (F32/BF16/F16/NVFP4), borrowed in place.
 //! - [`kernels`]: the matrix products; [`simd`]: their AVX2/AVX-512 paths and
 //!   runtime dispatch; [`pool`]: the worker pool they split rows across.
-//! - [`model`]: the forward pass; [`state`]: per-sequence caches;
-//!   [`snapshot`]: checkpoints of a state (fixed part, KV spans, file format).
+//! - [`model`]: the forward pass (its `moe` module: the MoE block, tokens
+//!   grouped by expert); [`state`]: per-sequence caches; [`snapshot`]:
+//!   checkpoints of a state (fixed part, KV spans, file format).
 //! - [`bench`]: the pack benchmark (read bandwidth, prefill, decode), clock supplied.
 //! - [`sampling`], [`generate`]: token selection and the generation loop;
 //!   [`spec`]: speculative decoding with the MTP head.

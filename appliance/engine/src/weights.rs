@@ -333,6 +333,25 @@ impl<'a, S: TensorSource + ?Sized> WeightLoader<'a, S> {
         Ok(Linear::Dense { dtype: t.dtype, data: t.data, rows, cols })
     }
 
+    /// `n` dense float matrices `[rows, cols]` stacked in one tensor
+    /// `[n, rows, cols]` (transformers' fused MoE experts), borrowed.
+    pub fn stacked(
+        &self,
+        name: &str,
+        n: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<Linear<'a>>, WeightError> {
+        let t = self.get_shaped(name, &[n, rows, cols])?;
+        self.float(name, &t)?;
+        let each = rows * cols * t.dtype.size();
+        Ok(t.data
+            .chunks_exact(each.max(1))
+            .take(n)
+            .map(|data| Linear::Dense { dtype: t.dtype, data, rows, cols })
+            .collect())
+    }
+
     /// The Linear `<prefix>.weight` of shape `[rows, cols]`: dense, or NVFP4
     /// when the weight is U8 with `weight_scale` / `weight_scale_2` beside it.
     pub fn linear(

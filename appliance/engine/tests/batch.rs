@@ -42,12 +42,15 @@ fn rel_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
     d / m
 }
 
-const MODELS: [&str; 6] = [
+const MODELS: [&str; 9] = [
     "tests/fixtures/full_f32_tied_mm",
     "tests/fixtures/linear_bf16_tied",
     "tests/fixtures/mixed_bf16_mm_sharded_mtp",
     "tests/fixtures/mixed_f32_untied",
     "tests/fixtures/mtp_f32_untied",
+    "tests/fixtures/moe_f32_untied",
+    "tests/fixtures/moe_bf16_tied_mm_fused",
+    "tests/fixtures/moe_mtp_bf16_untied",
     "../../model-packs/tiny-hf",
 ];
 

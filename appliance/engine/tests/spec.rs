@@ -28,6 +28,7 @@ fn cases() -> Vec<(&'static str, Vec<Vec<u32>>)> {
     vec![
         ("tests/fixtures/mtp_f32_untied", vec![vec![5, 77, 200, 31], vec![9]]),
         ("tests/fixtures/mixed_bf16_mm_sharded_mtp", vec![vec![1, 2, 3, 4, 5, 6, 7]]),
+        ("tests/fixtures/moe_mtp_bf16_untied", vec![vec![3, 141, 59, 26, 5], vec![250]]),
         (
             "../../model-packs/tiny-hf",
             vec![

@@ -15,8 +15,9 @@ pub fn run(cmd: PackCommand) -> Result<()> {
         PackCommand::Import(args) => import(&args),
         PackCommand::Verify { pack } => verify(&pack),
         PackCommand::Inspect { pack, json } => inspect(&pack, json.json),
-        PackCommand::Synth { preset, output, seed, head } => {
-            synth(&preset, &output, seed, head.map_or(kore_pack::head::DEFAULT_HEAD, Into::into))
+        PackCommand::Synth { preset, output, seed, head, layers } => {
+            let head = head.map_or(kore_pack::head::DEFAULT_HEAD, Into::into);
+            synth(&preset, &output, seed, head, layers)
         }
     }
 }
@@ -29,7 +30,7 @@ fn import(args: &PackImportArgs) -> Result<()> {
     let mut groups = std::collections::BTreeSet::new();
     for g in args.quantize.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
         let group = LinearGroup::parse(g).ok_or_else(|| {
-            LaunchError::Usage(format!("--quantize: unknown family `{g}` (mlp, attention, linear-attention, lm-head, mtp-fc)"))
+            LaunchError::Usage(format!("--quantize: unknown family `{g}` (mlp, attention, linear-attention, experts, router, lm-head, mtp-fc)"))
         })?;
         groups.insert(group);
     }
@@ -117,10 +118,13 @@ fn inspect(dir: &Path, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn synth(preset: &str, out: &Path, seed: u64, head: HeadFormat) -> Result<()> {
-    kore_pack::synth::preset(preset).map_err(|e| LaunchError::Usage(e.to_string()))?;
+fn synth(preset: &str, out: &Path, seed: u64, head: HeadFormat, layers: Option<u64>) -> Result<()> {
+    let config = kore_pack::synth::preset(preset).map_err(|e| LaunchError::Usage(e.to_string()))?;
+    if let Some(n) = layers {
+        kore_pack::synth::cut_depth(config, n).map_err(|e| LaunchError::Usage(e.to_string()))?;
+    }
     let bar = Bar::default();
-    let pack = kore_pack::synth::synth(preset, out, seed, head, &bar).map_err(model_err)?;
+    let pack = kore_pack::synth::synth(preset, out, seed, head, layers, &bar).map_err(model_err)?;
     let bytes = pack.manifest().files.get("weights.safetensors").map(|f| f.bytes).unwrap_or(0);
     println!("{}: synthetic {preset} pack ({head} head), {bytes} bytes of weights", out.display());
     Ok(())

@@ -365,7 +365,10 @@ fn memory(inputs: &Inputs<'_>, meminfo: &MemInfo) -> Check {
         budget.context
     );
     if total < need {
-        let fix = "use a smaller pack (`--model`) or a shorter context (`context` in launch.toml), or add RAM".to_string();
+        let mut fix = "use a smaller pack (`--model`) or a shorter context (`context` in launch.toml), or add RAM".to_string();
+        if budget.shape.is_some_and(|s| s.moe_chunk_bytes > 0) {
+            fix += "; this MoE pack's guest holds every expert: `--native` maps the pack instead, or `pack synth --layers N` cuts a synthetic one";
+        }
         return Check::new("memory", Status::Fail, detail, Some(fix));
     }
     if inputs.hugepage_size == HugepageSize::Off && available < need {

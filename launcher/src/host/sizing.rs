@@ -15,6 +15,8 @@
 //! recurrent_state = linear-attention layers x ( v_heads x k_dim x v_dim x 4 bytes (f32 state)
 //!                   + (conv_kernel - 1) x (2 x k_heads x k_dim + v_heads x v_dim) x 4 bytes )
 //! heap            = 256 MiB (activations, logits, tokenizer, I/O buffers)
+//!                   + for an MoE model: 512 (a prefill chunk) x experts per token
+//!                   x (2 x hidden + 2 x expert width) x 4 bytes (rows grouped by expert)
 //! kernel          = 64 MiB (Kore kernel, appliance image, page tables, virtio rings)
 //! ```
 //!
@@ -23,6 +25,9 @@
 //! [`Budget::guest_bytes_for`] is exactly the RAM it then allocates
 //! (`kore_vmm::memory::RamPlan`), so the pages `setup` reserves and `doctor`
 //! counts are the pages the boot asks for.
+//!
+//! An MoE model's weights are its whole pack: the guest holds every expert,
+//! although a token reads only the ones it is routed to.
 //!
 //! The model shape is read from the pack's `pack.toml` or a Hugging Face
 //! `config.json` (Qwen3.5 key names, the `text_config` table first). The
@@ -55,6 +60,9 @@ pub const STATE_BYTES: u64 = 4;
 pub const HEAP_BYTES: u64 = 256 * MIB;
 /// Kore kernel, appliance image, page tables and virtio rings.
 pub const KERNEL_BYTES: u64 = 64 * MIB;
+/// Tokens of a prefill chunk (kore-appliance's default), whose rows an MoE
+/// layer holds grouped by expert.
+pub const PREFILL_CHUNK: u64 = 512;
 
 /// The parts of a model's shape that decide its per-token memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +89,8 @@ pub struct ModelShape {
     pub conv_kernel: u64,
     /// The model's maximum context, if given.
     pub max_context: Option<u64>,
+    /// An MoE model's prefill-chunk activations grouped by expert (0 if dense).
+    pub moe_chunk_bytes: u64,
 }
 
 impl ModelShape {
@@ -205,6 +215,13 @@ impl Budget {
                 (weights / 4, 0)
             }
         };
+        let moe_heap = shape.map_or(0, |s| s.moe_chunk_bytes);
+        if moe_heap > 0 {
+            notes.push(
+                "mixture of experts: the guest holds every expert (the whole pack), although a token reads only the experts it is routed to"
+                    .to_string(),
+            );
+        }
         Ok(Budget {
             pack: pack.to_path_buf(),
             context,
@@ -213,7 +230,7 @@ impl Budget {
             kv_tokens,
             sessions: kv_cache.min(SESSION_BYTES),
             recurrent_state,
-            heap: HEAP_BYTES,
+            heap: HEAP_BYTES + moe_heap,
             kernel: KERNEL_BYTES,
             shape,
             notes,
@@ -339,6 +356,10 @@ pub fn shape_from(config: &Value) -> Option<ModelShape> {
     };
     let head_dim = num("head_dim")
         .or_else(|| Some(num("hidden_size")? / num("num_attention_heads")?.max(1)))?;
+    let moe_chunk_bytes = match (num("num_experts_per_tok"), num("moe_intermediate_size")) {
+        (Some(k), Some(i)) => PREFILL_CHUNK * k * (2 * num("hidden_size").unwrap_or(0) + 2 * i) * 4,
+        _ => 0,
+    };
     Some(ModelShape {
         full_layers,
         linear_layers,
@@ -351,5 +372,6 @@ pub fn shape_from(config: &Value) -> Option<ModelShape> {
         linear_v_dim: num("linear_value_head_dim").unwrap_or(0),
         conv_kernel: num("linear_conv_kernel_dim").unwrap_or(4),
         max_context: num("max_position_embeddings"),
+        moe_chunk_bytes,
     })
 }

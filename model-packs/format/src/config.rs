@@ -1,7 +1,9 @@
 //! The engine's model configuration and the one reader of a Hugging Face
-//! `config.json`: either a `qwen3_5_text` config or the `text_config` inside a
-//! `qwen3_5` multimodal config. Nothing is hard-coded: `layer_types` decides
-//! each layer's kind and every shape comes from here.
+//! `config.json`: a `qwen3_5_text` or `qwen3_5_moe_text` config, or the
+//! `text_config` inside a `qwen3_5` / `qwen3_5_moe` multimodal config. Nothing
+//! is hard-coded: `layer_types` decides each layer's kind, [`MoeConfig`]
+//! whether every layer's MLP is a mixture of experts, and every shape comes
+//! from here.
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -37,7 +39,7 @@ impl fmt::Display for ConfigError {
             ConfigError::Json(e) => write!(f, "not a valid JSON config: {e}"),
             ConfigError::UnknownModelType(t) => write!(
                 f,
-                "unsupported model_type `{t}`: this engine runs Qwen3.5 dense models (`qwen3_5` or `qwen3_5_text`)"
+                "unsupported model_type `{t}`: this engine runs Qwen3.5 models (`qwen3_5`, `qwen3_5_text`, `qwen3_5_moe` or `qwen3_5_moe_text`)"
             ),
             ConfigError::Missing(field) => write!(f, "required field `{field}` is missing"),
             ConfigError::Invalid { field, reason } => write!(f, "field `{field}`: {reason}"),
@@ -56,14 +58,58 @@ pub enum LayerKind {
     Full,
 }
 
-/// Everything the engine needs to know about a Qwen3.5 dense text model.
+/// The mixture-of-experts MLP of a Qwen3.5 MoE model (every decoder layer
+/// and the MTP layer): a softmax router picks `num_experts_per_tok` of
+/// `num_experts` SwiGLU experts per token (their weights renormalised to sum
+/// to 1), plus one shared SwiGLU expert scaled by a sigmoid gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeConfig {
+    /// Routed experts per layer.
+    pub num_experts: usize,
+    /// Experts each token is routed to (top-k).
+    pub num_experts_per_tok: usize,
+    /// Inner width of each routed expert.
+    pub moe_intermediate_size: usize,
+    /// Inner width of the shared expert.
+    pub shared_expert_intermediate_size: usize,
+}
+
+impl MoeConfig {
+    /// Checks the counts and sizes.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let sizes: [(&'static str, usize); 4] = [
+            ("num_experts", self.num_experts),
+            ("num_experts_per_tok", self.num_experts_per_tok),
+            ("moe_intermediate_size", self.moe_intermediate_size),
+            ("shared_expert_intermediate_size", self.shared_expert_intermediate_size),
+        ];
+        for (field, v) in sizes {
+            if v == 0 || v > MAX_SIZE {
+                return Err(invalid(field, "must be positive and at most 2^24"));
+            }
+        }
+        if self.num_experts > MAX_EXPERTS {
+            return Err(invalid("num_experts", "must be at most 4096"));
+        }
+        if self.num_experts_per_tok > self.num_experts {
+            return Err(invalid("num_experts_per_tok", "must not exceed num_experts"));
+        }
+        Ok(())
+    }
+}
+
+/// Most routed experts a layer may have (the largest published Qwen MoE has 512).
+pub const MAX_EXPERTS: usize = 4096;
+
+/// Everything the engine needs to know about a Qwen3.5 text model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
     /// Vocabulary size (rows of the embedding and lm_head).
     pub vocab_size: usize,
     /// Residual stream width.
     pub hidden_size: usize,
-    /// MLP inner width.
+    /// Dense MLP inner width (an MoE model has no dense MLP: there it
+    /// equals `moe.moe_intermediate_size` and nothing reads it).
     pub intermediate_size: usize,
     /// Kind of each decoder layer, in order.
     pub layer_types: Vec<LayerKind>,
@@ -97,6 +143,8 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     /// MTP layers the checkpoint declares (0 when absent).
     pub mtp_num_hidden_layers: usize,
+    /// The mixture-of-experts MLP (`None`: dense SwiGLU MLPs).
+    pub moe: Option<MoeConfig>,
 }
 
 /// A `config.json` as read: the engine's configuration plus the two settings
@@ -130,31 +178,34 @@ impl JsonConfig {
             .get("model_type")
             .and_then(Value::as_str)
             .ok_or(ConfigError::Missing("model_type"))?;
-        match model_type {
-            "qwen3_5_text" => Self::from_text(root, None),
-            "qwen3_5" => {
-                let text = root.get("text_config").ok_or(ConfigError::Missing("text_config"))?;
-                let text = text.as_object().ok_or(ConfigError::Invalid {
-                    field: "text_config",
-                    reason: "must be an object".into(),
-                })?;
-                if let Some(t) = text.get("model_type").and_then(Value::as_str) {
-                    if t != "qwen3_5_text" {
-                        return Err(ConfigError::UnknownModelType(t.to_string()));
-                    }
-                }
-                Self::from_text(text, Some(root))
-            }
-            other => Err(ConfigError::UnknownModelType(other.to_string())),
+        let (text_type, moe) = match model_type {
+            "qwen3_5_text" | "qwen3_5" => ("qwen3_5_text", false),
+            "qwen3_5_moe_text" | "qwen3_5_moe" => ("qwen3_5_moe_text", true),
+            other => return Err(ConfigError::UnknownModelType(other.to_string())),
+        };
+        if model_type == text_type {
+            return Self::from_text(root, None, moe);
         }
+        let text = root.get("text_config").ok_or(ConfigError::Missing("text_config"))?;
+        let text = text.as_object().ok_or(ConfigError::Invalid {
+            field: "text_config",
+            reason: "must be an object".into(),
+        })?;
+        if let Some(t) = text.get("model_type").and_then(Value::as_str) {
+            if t != text_type {
+                return Err(ConfigError::UnknownModelType(t.to_string()));
+            }
+        }
+        Self::from_text(text, Some(root), moe)
     }
 
     /// Reads the text model's settings from `c`; a multimodal wrapper's `outer`
     /// object decides `tie_word_embeddings` and supplies `eos_token_id` when the
-    /// text config lacks it.
+    /// text config lacks it. `moe`: the config is a `qwen3_5_moe_text` one.
     fn from_text(
         c: &Map<String, Value>,
         outer: Option<&Map<String, Value>>,
+        moe: bool,
     ) -> Result<Self, ConfigError> {
         let tie_override =
             outer.and_then(|o| o.get("tie_word_embeddings")).and_then(Value::as_bool);
@@ -169,10 +220,14 @@ impl JsonConfig {
             return Err(invalid("partial_rotary_factor", "must be in (0, 1]"));
         }
         let rotary_dim = (head_dim as f64 * partial) as usize;
+        let moe = if moe { Some(moe_config(c)?) } else { None };
         let cfg = ModelConfig {
             vocab_size: req_usize(c, "vocab_size")?,
             hidden_size: req_usize(c, "hidden_size")?,
-            intermediate_size: req_usize(c, "intermediate_size")?,
+            intermediate_size: match moe {
+                Some(m) => m.moe_intermediate_size,
+                None => req_usize(c, "intermediate_size")?,
+            },
             layer_types: layer_types(c, num_layers)?,
             num_attention_heads: req_usize(c, "num_attention_heads")?,
             num_key_value_heads: req_usize(c, "num_key_value_heads")?,
@@ -195,6 +250,7 @@ impl JsonConfig {
                 None => outer.map(eos_ids).transpose()?.unwrap_or_default(),
             },
             mtp_num_hidden_layers: opt_usize(c, "mtp_num_hidden_layers")?.unwrap_or(0),
+            moe,
         };
         check_unsupported(c)?;
         cfg.validate()?;
@@ -244,6 +300,9 @@ impl ModelConfig {
         {
             return Err(invalid("rms_norm_eps/rope_theta", "must be positive numbers"));
         }
+        if let Some(m) = &self.moe {
+            m.validate()?;
+        }
         Ok(())
     }
 
@@ -266,6 +325,19 @@ impl ModelConfig {
     pub fn linear_conv_dim(&self) -> usize {
         2 * self.linear_key_dim() + self.linear_value_dim()
     }
+}
+
+/// The MoE settings of a `qwen3_5_moe_text` config (transformers' defaults
+/// where a field is absent are those of Qwen3.5-35B-A3B).
+fn moe_config(c: &Map<String, Value>) -> Result<MoeConfig, ConfigError> {
+    let moe_inter = opt_usize(c, "moe_intermediate_size")?.unwrap_or(512);
+    Ok(MoeConfig {
+        num_experts: opt_usize(c, "num_experts")?.unwrap_or(256),
+        num_experts_per_tok: opt_usize(c, "num_experts_per_tok")?.unwrap_or(8),
+        moe_intermediate_size: moe_inter,
+        shared_expert_intermediate_size: opt_usize(c, "shared_expert_intermediate_size")?
+            .unwrap_or(512),
+    })
 }
 
 fn invalid(field: &'static str, reason: &str) -> ConfigError {
@@ -351,6 +423,17 @@ fn check_unsupported(c: &Map<String, Value>) -> Result<(), ConfigError> {
     if c.get("attn_output_gate").and_then(Value::as_bool) == Some(false) {
         return Err(invalid("attn_output_gate", "only gated attention (true) is supported"));
     }
+    if c.get("norm_topk_prob").and_then(Value::as_bool) == Some(false) {
+        return Err(invalid(
+            "norm_topk_prob",
+            "only renormalised top-k weights (true) are supported",
+        ));
+    }
+    let dense_layers = c.get("mlp_only_layers").and_then(Value::as_array).map_or(0, Vec::len);
+    let sparse_step = opt_usize(c, "decoder_sparse_step")?.unwrap_or(1);
+    if dense_layers > 0 || sparse_step > 1 {
+        return Err(invalid("mlp_only_layers", "every layer must be MoE (or none)"));
+    }
     if let Some(act) = c.get("hidden_act").and_then(Value::as_str) {
         if act != "silu" {
             return Err(invalid("hidden_act", "only silu is supported"));
@@ -403,6 +486,38 @@ mod tests {
         let c = ModelConfig::from_json(s.as_bytes()).unwrap();
         assert_eq!(c.layer_types.iter().filter(|k| **k == LayerKind::Full).count(), 2);
         assert_eq!(c.layer_types[3], LayerKind::Full);
+    }
+
+    #[test]
+    fn parses_moe_configs() {
+        let moe = TEXT.replace("qwen3_5_text", "qwen3_5_moe_text").replace(
+            "\"intermediate_size\":16,",
+            "\"num_experts\":6,\"num_experts_per_tok\":2,\"moe_intermediate_size\":4,\"shared_expert_intermediate_size\":12,",
+        );
+        let c = ModelConfig::from_json(moe.as_bytes()).unwrap();
+        let m = c.moe.unwrap();
+        assert_eq!((m.num_experts, m.num_experts_per_tok, m.moe_intermediate_size), (6, 2, 4));
+        assert_eq!((m.shared_expert_intermediate_size, c.intermediate_size), (12, 4));
+        let wrapped = format!(r#"{{"model_type":"qwen3_5_moe","text_config":{moe}}}"#);
+        assert_eq!(ModelConfig::from_json(wrapped.as_bytes()).unwrap().moe, Some(m));
+        // A dense text config inside an MoE wrapper is refused, and the reverse.
+        let mixed = format!(r#"{{"model_type":"qwen3_5_moe","text_config":{TEXT}}}"#);
+        assert!(matches!(
+            ModelConfig::from_json(mixed.as_bytes()),
+            Err(ConfigError::UnknownModelType(_))
+        ));
+        assert!(ModelConfig::from_json(TEXT.as_bytes()).unwrap().moe.is_none());
+        let too_many = moe.replace("\"num_experts_per_tok\":2", "\"num_experts_per_tok\":7");
+        assert!(matches!(
+            ModelConfig::from_json(too_many.as_bytes()),
+            Err(ConfigError::Invalid { field: "num_experts_per_tok", .. })
+        ));
+        let unnormed =
+            moe.replace("\"num_experts\":6,", "\"num_experts\":6,\"norm_topk_prob\":false,");
+        assert!(ModelConfig::from_json(unnormed.as_bytes()).is_err());
+        let partly_dense =
+            moe.replace("\"num_experts\":6,", "\"num_experts\":6,\"mlp_only_layers\":[0],");
+        assert!(ModelConfig::from_json(partly_dense.as_bytes()).is_err());
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod manifest;
 pub mod safetensors;
 pub mod view;
 
-pub use config::{ConfigError, JsonConfig, LayerKind, ModelConfig};
+pub use config::{ConfigError, JsonConfig, LayerKind, ModelConfig, MoeConfig};
 pub use dtype::DType;
 pub use manifest::{Manifest, ManifestError, PackConfig};
 pub use safetensors::{HeaderError, Safetensors};

@@ -2,5 +2,6 @@
 //! implies; the types live in kore-pack-format, shared with the guest.
 
 pub use kore_pack_format::manifest::{
-    ExpectedTensor, LayerType, LinearGroup, PackConfig, TensorKind, ARCHITECTURE,
+    ExpectedTensor, LayerType, LinearGroup, PackConfig, PackMoe, TensorKind, ARCHITECTURE,
+    ARCHITECTURE_MOE,
 };

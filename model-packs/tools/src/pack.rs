@@ -69,9 +69,13 @@ impl Pack {
     /// [`Residency`](crate::safetensors::Residency). Native inference uses this.
     /// Everything is validated before the copy.
     pub fn open_resident(dir: impl AsRef<Path>, progress: &dyn Progress) -> Result<Pack> {
-        let mut pack = Pack::open(dir)?;
-        pack.weights = pack.weights.into_resident(progress)?;
-        Ok(pack)
+        Pack::open(dir)?.into_resident(progress)
+    }
+
+    /// This pack with its weights copied as [`Pack::open_resident`] does.
+    pub fn into_resident(mut self, progress: &dyn Progress) -> Result<Pack> {
+        self.weights = self.weights.into_resident(progress)?;
+        Ok(self)
     }
 
     /// Where the weights live (mapped, or copied to hugepages).

@@ -1,8 +1,11 @@
-//! `pack synth`: packs with the exact shapes of published Qwen3.5 dense models
-//! and random NVFP4 weights, for benchmarks without downloads.
+//! `pack synth`: packs with the exact shapes of published Qwen3.5 models
+//! (dense, and the MoE `qwen3.5-35b-a3b`) and random NVFP4 weights, for
+//! benchmarks without downloads; [`cut_depth`] keeps a preset's shapes but
+//! only its first layers, for machines that cannot hold the whole model.
 //!
-//! Every Linear (lm_head and mtp.fc included) is NVFP4; embeddings are BF16;
-//! norms, conv1d, A_log and dt_bias are F32. Bytes come from a seeded
+//! Every Linear (lm_head and mtp.fc included) is NVFP4, except an MoE
+//! model's router and shared-expert gate, which are BF16 as in published
+//! checkpoints; embeddings are BF16; norms, conv1d, A_log and dt_bias are F32. Bytes come from a seeded
 //! xoshiro256** generator and are streamed to disk, so memory stays small
 //! whatever the model size. Random NVFP4 codes with block scales in
 //! [128, 448] and `weight_scale_2 = 1 / (717·√K)` give weights of standard
@@ -15,7 +18,7 @@
 //! The output head follows `--head` ([`crate::head`]): `q8` heads are random
 //! int8 with F16 block scales of the embedding's magnitude.
 
-use crate::config::{LayerType, PackConfig, TensorKind, ARCHITECTURE};
+use crate::config::{LayerType, LinearGroup, PackConfig, PackMoe, TensorKind};
 use crate::error::{PackError, Result};
 use crate::head::{HeadFormat, LM_HEAD, LM_HEAD_EXACT, Q8_GROUP};
 use crate::manifest::{
@@ -29,21 +32,34 @@ use crate::safetensors::{DType, TensorSpec};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Preset names accepted by [`preset`].
+/// Dense preset names accepted by [`preset`].
 pub const PRESETS: [&str; 5] =
     ["qwen3.5-0.8b", "qwen3.5-2b", "qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b"];
 
-/// Qwen3.5 special tokens (id, text) used by synthetic tokenizers.
-pub const QWEN35_SPECIALS: [(u64, &str); 5] = [
+/// Mixture-of-experts preset names accepted by [`preset`]: the published
+/// 35B-A3B, and a small one with the same structure for tests.
+pub const MOE_PRESETS: [&str; 2] = ["qwen3.5-35b-a3b", "qwen3.5-moe-tiny"];
+
+/// Qwen3.5 special tokens (id, text) used by synthetic tokenizers: the ones
+/// the chat template needs (tool calls and results included), so that a
+/// synthetic pack can `chat` and `serve`.
+pub const QWEN35_SPECIALS: [(u64, &str); 9] = [
     (248044, "<|endoftext|>"),
     (248045, "<|im_start|>"),
     (248046, "<|im_end|>"),
+    (248058, "<tool_call>"),
+    (248059, "</tool_call>"),
+    (248066, "<tool_response>"),
+    (248067, "</tool_response>"),
     (248068, "<think>"),
     (248069, "</think>"),
 ];
 
-/// The published configuration of a Qwen3.5 dense model.
+/// The published configuration of a Qwen3.5 model (or the small MoE test model).
 pub fn preset(name: &str) -> Result<PackConfig> {
+    if MOE_PRESETS.contains(&name) {
+        return Ok(moe_preset(name));
+    }
     // (hidden, layers, intermediate, heads, kv heads, linear value heads, tied)
     let (h, layers, inter, heads, kv, lv, tied) = match name {
         "qwen3.5-0.8b" => (1024, 24, 3584, 8, 2, 16, true),
@@ -53,8 +69,9 @@ pub fn preset(name: &str) -> Result<PackConfig> {
         "qwen3.5-27b" => (5120, 64, 17408, 24, 4, 48, false),
         other => {
             return Err(PackError::Invalid(format!(
-                "unknown preset `{other}`; choose one of {}",
-                PRESETS.join(", ")
+                "unknown preset `{other}`; choose one of {}, {}",
+                PRESETS.join(", "),
+                MOE_PRESETS.join(", ")
             )))
         }
     };
@@ -90,20 +107,97 @@ pub fn preset(name: &str) -> Result<PackConfig> {
         mtp_num_hidden_layers: 1,
         max_position_embeddings: 262144,
         eos_token_ids: vec![248046, 248044],
+        moe: None,
     })
 }
 
+/// Qwen3.5-35B-A3B as transformers' `Qwen3_5MoeTextConfig` defaults describe
+/// it (40 layers `[linear x3, full] x 10`, hidden 2048, 256 experts of 512,
+/// 8 routed + 1 shared of 512, 16 query / 2 KV heads of 256, DeltaNet 16 key
+/// / 32 value heads of 128, untied, one MTP layer), or `qwen3.5-moe-tiny`:
+/// the same structure at hidden 128 with 32 experts of 64 (4 routed), for tests.
+fn moe_preset(name: &str) -> PackConfig {
+    let big = name == "qwen3.5-35b-a3b";
+    // (hidden, layers, heads, kv, head dim, linear k/v heads, linear head dim, experts, k, expert, shared)
+    let (h, layers, heads, kv, hd, lk, lv, ld, e, k, inter, shared) = if big {
+        (2048, 40, 16, 2, 256, 16, 32, 128, 256, 8, 512, 512)
+    } else {
+        (128, 4, 4, 2, 64, 4, 8, 32, 32, 4, 64, 128)
+    };
+    PackConfig {
+        vocab_size: 248320,
+        hidden_size: h,
+        intermediate_size: inter,
+        num_hidden_layers: layers,
+        layer_types: (0..layers)
+            .map(|i| {
+                if (i + 1) % 4 == 0 {
+                    LayerType::FullAttention
+                } else {
+                    LayerType::LinearAttention
+                }
+            })
+            .collect(),
+        num_attention_heads: heads,
+        num_key_value_heads: kv,
+        head_dim: hd,
+        attn_output_gate: true,
+        linear_num_key_heads: lk,
+        linear_num_value_heads: lv,
+        linear_key_head_dim: ld,
+        linear_value_head_dim: ld,
+        linear_conv_kernel_dim: 4,
+        rms_norm_eps: 1e-6,
+        rope_theta: 1e7,
+        partial_rotary_factor: 0.25,
+        tie_word_embeddings: !big,
+        mtp_num_hidden_layers: 1,
+        max_position_embeddings: 262144,
+        eos_token_ids: vec![248046, 248044],
+        moe: Some(PackMoe {
+            num_experts: e,
+            num_experts_per_tok: k,
+            moe_intermediate_size: inter,
+            shared_expert_intermediate_size: shared,
+        }),
+    }
+}
+
+/// `config` with only its first `layers` decoder layers (same shapes, same
+/// layer pattern; the MTP head stays): a smaller model for hosts that cannot
+/// hold the whole one. Synthetic weights measure speed per layer only.
+pub fn cut_depth(mut config: PackConfig, layers: u64) -> Result<PackConfig> {
+    if layers == 0 || layers > config.num_hidden_layers {
+        return Err(PackError::Invalid(format!(
+            "--layers {layers}: the model has {} layers; choose 1..={}",
+            config.num_hidden_layers, config.num_hidden_layers
+        )));
+    }
+    config.num_hidden_layers = layers;
+    config.layer_types.truncate(layers as usize);
+    Ok(config)
+}
 /// Writes a synthetic pack for `preset_name` into `out`, seeded by `seed`,
-/// with the output head stored as `head`.
+/// with the output head stored as `head`; `layers` keeps only the first
+/// layers ([`cut_depth`]).
 pub fn synth(
     preset_name: &str,
     out: &Path,
     seed: u64,
     head: HeadFormat,
+    layers: Option<u64>,
     progress: &dyn Progress,
 ) -> Result<Pack> {
-    let config = preset(preset_name)?;
-    synth_config_with(preset_name, config, out, seed, Some(head), progress)
+    let mut config = preset(preset_name)?;
+    let mut name = preset_name.to_string();
+    if let Some(n) = layers {
+        let all = config.num_hidden_layers;
+        config = cut_depth(config, n)?;
+        if n < all {
+            name = format!("{preset_name}-{n}of{all}layers");
+        }
+    }
+    synth_config_with(&name, config, out, seed, Some(head), progress)
 }
 
 /// Writes a synthetic pack for an arbitrary `config` (used by tests with tiny
@@ -159,7 +253,9 @@ pub fn synth_config_with(
                 modules.insert(m.to_string(), Scheme::Q8);
                 jobs.push(Job::Q8 { module: m.to_string(), n, k });
             }
-            (TensorKind::Linear(_), _) if is_head && head == Some(HeadFormat::Bf16) => {
+            (TensorKind::Linear(g), _)
+                if (is_head && head == Some(HeadFormat::Bf16)) || g == LinearGroup::Router =>
+            {
                 specs.push(TensorSpec::new(e.name.clone(), DType::BF16, e.shape.clone()));
                 let numel = e.shape.iter().product();
                 let init = init_for(&e.name, e.kind);
@@ -198,7 +294,7 @@ pub fn synth_config_with(
     let manifest = Manifest {
         format_version: FORMAT_VERSION,
         name: name.to_string(),
-        architecture: ARCHITECTURE.into(),
+        architecture: config.architecture().into(),
         context_length: config.max_position_embeddings,
         mtp: config.mtp_num_hidden_layers > 0,
         alignment: ALIGNMENT,

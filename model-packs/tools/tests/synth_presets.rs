@@ -120,3 +120,70 @@ fn every_preset_has_the_shared_qwen35_structure() {
         c.validate().unwrap();
     }
 }
+
+/// Parameters of `c` without the MTP layer: all, and read by one token
+/// (the router, the shared expert and the routed experts of each layer).
+fn params(c: &kore_pack::PackConfig) -> (f64, f64) {
+    let moe = c.moe.unwrap();
+    let (mut all, mut active) = (0u64, 0u64);
+    for t in c.expected_tensors().iter().filter(|t| !t.name.starts_with("mtp.")) {
+        let n: u64 = t.shape.iter().product();
+        all += n;
+        active += if t.name.contains(".mlp.experts.") { 0 } else { n };
+    }
+    let expert = 3 * moe.moe_intermediate_size * c.hidden_size;
+    active += c.num_hidden_layers * moe.num_experts_per_tok * expert;
+    (all as f64 / 1e9, active as f64 / 1e9)
+}
+
+#[test]
+fn moe_preset_has_the_published_35b_a3b_shapes() {
+    let c = preset("qwen3.5-35b-a3b").unwrap();
+    let m = c.moe.unwrap();
+    assert_eq!((c.hidden_size, c.num_hidden_layers, c.vocab_size), (2048, 40, 248320));
+    assert_eq!((m.num_experts, m.num_experts_per_tok), (256, 8));
+    assert_eq!((m.moe_intermediate_size, m.shared_expert_intermediate_size), (512, 512));
+    assert_eq!((c.num_attention_heads, c.num_key_value_heads, c.head_dim), (16, 2, 256));
+    assert_eq!((c.linear_num_key_heads, c.linear_num_value_heads), (16, 32));
+    assert!(!c.tie_word_embeddings);
+    let (all, active) = params(&c);
+    // "35B total, 3B activated" (A3B), with untied embeddings of 0.5B each.
+    assert!((34.0..36.5).contains(&all), "{all:.2}B parameters");
+    assert!((2.5..3.5).contains(&active), "{active:.2}B active parameters");
+    c.validate().unwrap();
+}
+
+#[test]
+fn cut_depth_keeps_the_shapes_and_the_pattern() {
+    let c = preset("qwen3.5-35b-a3b").unwrap();
+    let cut = kore_pack::synth::cut_depth(c.clone(), 6).unwrap();
+    assert_eq!(cut.num_hidden_layers, 6);
+    assert_eq!(cut.layer_types[..], c.layer_types[..6]);
+    assert_eq!((cut.hidden_size, cut.moe), (c.hidden_size, c.moe));
+    cut.validate().unwrap();
+    assert!(kore_pack::synth::cut_depth(c.clone(), 0).is_err());
+    assert!(kore_pack::synth::cut_depth(c, 41).is_err());
+}
+
+#[test]
+fn tiny_moe_preset_synthesizes_a_pack_the_engine_routes() {
+    let dir = temp_dir("synth-moe-tiny");
+    let head = kore_pack::head::HeadFormat::Nvfp4;
+    let pack =
+        kore_pack::synth::synth("qwen3.5-moe-tiny", &dir, 1, head, Some(2), &NoProgress).unwrap();
+    kore_pack::pack::verify(&dir, &NoProgress).unwrap();
+    let m = pack.manifest();
+    assert_eq!((m.architecture.as_str(), m.config.num_hidden_layers), ("qwen3_5_moe_text", 2));
+    assert!(m.name.contains("2of4layers"), "{}", m.name);
+    let q = &m.quantization.modules;
+    assert!(q.contains_key("model.layers.1.mlp.experts.31.down_proj"));
+    assert!(!q.contains_key("model.layers.1.mlp.gate"), "the router stays BF16");
+    let model = pack.model().unwrap();
+    let mut st = model.new_state();
+    let prompt: Vec<u32> = (0..40).map(|i| i * 6151 % 248000).collect();
+    let l = model.forward(&mut st, &prompt, kore_engine::Logits::Last).unwrap();
+    assert!(l.iter().all(|v| v.is_finite()));
+    let (_, passes) = model.expert_reads();
+    assert!(passes > 2 * 4, "40 tokens route to more than 4 experts a layer: {passes}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,6 +1,7 @@
 //! Several sequences in one forward ([`Model::forward_batch`]): their token
 //! rows are stacked so every projection, MLP and the lm_head read each weight
-//! once for all of them, while the token mixers (DeltaNet conv and recurrent
+//! once for all of them (an MoE layer groups all of them by expert, so each
+//! routed expert is read once for the step), while the token mixers (DeltaNet conv and recurrent
 //! state, attention KV cache) run on each sequence's own rows and state.
 //!
 //! Every row goes through the same kernels with the same per-row arithmetic
@@ -13,7 +14,7 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use super::deltanet::SeqState;
-use super::{add, mlp_forward, ForwardError, Layer, Mixer, Model};
+use super::{add, ForwardError, Layer, Mixer, Model};
 use crate::kernels::matmul_on;
 use crate::ops::rms_norm_1p_rows;
 use crate::state::{LayerState, State};
@@ -142,7 +143,7 @@ impl<'a> Model<'a> {
         add(x, &y);
         let mut hn = x.to_vec();
         rms_norm_1p_rows(&mut hn, &layer.post_attention_norm, cfg.rms_norm_eps);
-        add(x, &mlp_forward(pool, &layer.mlp, &hn, t));
+        add(x, &layer.mlp.forward(pool, &hn, t, &self.expert_reads));
     }
 }
 

@@ -1,11 +1,12 @@
-//! The Qwen3.5 dense text model: weights borrowed from a `TensorSource` and
-//! one readable forward pass over a batch of tokens of one sequence.
+//! The Qwen3.5 text model (dense, or MoE: the `moe` module): weights borrowed from a
+//! `TensorSource` and one readable forward pass over a batch of tokens of one
+//! sequence.
 //!
 //! ```text
 //! x = embed(tokens)                                  [T, H]
 //! for each layer:
 //!     x += mixer(rmsnorm_1p(x))   (DeltaNet or gated attention, per layer_types)
-//!     x += mlp(rmsnorm_1p(x))     (SwiGLU)
+//!     x += ffn(rmsnorm_1p(x))     (SwiGLU MLP, or the MoE block)
 //! h = rmsnorm_1p(x)                                  [T, H]  (kept for MTP)
 //! logits = lm_head(h)                                [T, V]  (last or all rows)
 //! ```
@@ -15,6 +16,7 @@ pub(crate) use attention::{PIECE, PIECE_TOKENS};
 mod batch;
 mod deltanet;
 mod head;
+mod moe;
 mod mtp;
 
 use alloc::format;
@@ -26,6 +28,7 @@ pub use attention::Attention;
 pub use batch::{BatchError, SeqInput};
 pub use deltanet::{chunked_min_tokens, set_chunked_min_tokens, DeltaNet};
 pub use head::RESCORE_ROWS;
+pub use moe::{ExpertReads, Ffn, Moe};
 pub use mtp::{MtpError, MtpState};
 
 use crate::config::{ConfigError, LayerKind, ModelConfig};
@@ -135,8 +138,8 @@ pub struct Layer<'a> {
     pub post_attention_norm: Vec<f32>,
     /// The token mixer.
     pub mixer: Mixer<'a>,
-    /// The MLP.
-    pub mlp: Mlp<'a>,
+    /// The feed-forward block: a SwiGLU MLP, or an MoE block.
+    pub mlp: Ffn<'a>,
 }
 
 /// The multi-token-prediction head's weights (`mtp.*`); carried for the MTP
@@ -155,7 +158,7 @@ pub struct MtpWeights<'a> {
     pub norm: Vec<f32>,
 }
 
-/// A loaded Qwen3.5 dense text model borrowing its weights for `'a`.
+/// A loaded Qwen3.5 text model (dense or MoE) borrowing its weights for `'a`.
 #[derive(Debug)]
 pub struct Model<'a> {
     /// The configuration the weights were checked against.
@@ -178,6 +181,8 @@ pub struct Model<'a> {
     inv_freq: Vec<f32>,
     /// Workers the matrix products split rows across (default: serial).
     pool: PoolRef<'a>,
+    /// Routed experts read so far (MoE models).
+    expert_reads: ExpertReads,
 }
 
 /// Which positions' logits a forward returns.
@@ -223,7 +228,19 @@ impl<'a> Model<'a> {
         let mtp = if w.has("mtp.fc.weight") { Some(load_mtp(&w, &config)?) } else { None };
         let inv_freq = rope_inv_freq(config.rope_theta, config.rotary_dim);
         let pool = PoolRef::default();
-        Ok(Model { config, embed_tokens, layers, norm, lm_head, head_exact, mtp, inv_freq, pool })
+        let expert_reads = ExpertReads::default();
+        Ok(Model {
+            config,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            head_exact,
+            mtp,
+            inv_freq,
+            pool,
+            expert_reads,
+        })
     }
 
     /// Runs the heavy ops of later forwards on `pool` (threads, or vCPUs in the guest).
@@ -241,17 +258,16 @@ impl<'a> Model<'a> {
         State::new(&self.config)
     }
 
-    /// Bytes of weights one decode step reads (all layers, lm_head and the
-    /// exact head's rescored rows).
+    /// Bytes of weights one decode step of one sequence reads (all layers,
+    /// lm_head and the exact head's rescored rows); in an MoE model the
+    /// active parameters: the router, the shared expert and `top_k` routed
+    /// experts of each layer.
     pub fn weight_bytes_per_token(&self) -> usize {
-        let mlp = |m: &Mlp<'_>| {
-            m.gate_proj.weight_bytes() + m.up_proj.weight_bytes() + m.down_proj.weight_bytes()
-        };
         let layers: usize = self
             .layers
             .iter()
             .map(|l| {
-                mlp(&l.mlp)
+                l.mlp.active_bytes()
                     + match &l.mixer {
                         Mixer::Linear(d) => {
                             [&d.in_proj_qkv, &d.in_proj_z, &d.in_proj_b, &d.in_proj_a, &d.out_proj]
@@ -269,6 +285,18 @@ impl<'a> Model<'a> {
         layers + self.lm_head.weight_bytes() + self.rescore_bytes_per_row()
     }
 
+    /// Of [`Model::weight_bytes_per_token`], the routed experts' share: one
+    /// token's `top_k` experts in every MoE layer (0 for a dense model).
+    pub fn routed_bytes_per_token(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match &l.mlp {
+                Ffn::Moe(m) => m.routed_bytes_per_token(),
+                Ffn::Dense(_) => 0,
+            })
+            .sum()
+    }
+
     /// Bytes of the exact head one row of logits rescores (0 without one).
     pub fn rescore_bytes_per_row(&self) -> usize {
         self.head_exact
@@ -280,9 +308,7 @@ impl<'a> Model<'a> {
     pub fn mtp_weight_bytes(&self) -> usize {
         let Some(m) = &self.mtp else { return 0 };
         let l = &m.layer;
-        let mlp = l.mlp.gate_proj.weight_bytes()
-            + l.mlp.up_proj.weight_bytes()
-            + l.mlp.down_proj.weight_bytes();
+        let mlp = l.mlp.active_bytes();
         let mix = match &l.mixer {
             Mixer::Full(a) => {
                 [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj].iter().map(|x| x.weight_bytes()).sum()
@@ -407,7 +433,18 @@ impl<'a> Model<'a> {
         add(x, &mixed);
         let mut hn = x.to_vec();
         rms_norm_1p_rows(&mut hn, &layer.post_attention_norm, cfg.rms_norm_eps);
-        add(x, &mlp_forward(self.pool.0, &layer.mlp, &hn, t));
+        add(x, &layer.mlp.forward(self.pool.0, &hn, t, &self.expert_reads));
+    }
+
+    /// Routed-expert weight bytes read and expert passes made by this
+    /// model's forwards so far (0 for a dense model): an expert that any
+    /// token of a forward is routed to is read once in that forward.
+    pub fn expert_reads(&self) -> (u64, u64) {
+        let r = &self.expert_reads;
+        (
+            r.bytes.load(core::sync::atomic::Ordering::Relaxed),
+            r.passes.load(core::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// Validates tokens and state before anything is mutated.
@@ -492,11 +529,15 @@ fn load_layer<'a, S: TensorSource + ?Sized>(
         LayerKind::Linear => Mixer::Linear(DeltaNet::load(w, cfg, &format!("{p}.linear_attn"))?),
         LayerKind::Full => Mixer::Full(Attention::load(w, cfg, &format!("{p}.self_attn"))?),
     };
+    let mlp = match &cfg.moe {
+        Some(m) => Ffn::Moe(Moe::load(w, cfg, m, &format!("{p}.mlp"))?),
+        None => Ffn::Dense(load_mlp(w, cfg, &format!("{p}.mlp"))?),
+    };
     Ok(Layer {
         input_norm: w.vector(&format!("{p}.input_layernorm.weight"), h)?,
         post_attention_norm: w.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
         mixer,
-        mlp: load_mlp(w, cfg, &format!("{p}.mlp"))?,
+        mlp,
     })
 }
 

@@ -1,5 +1,6 @@
-//! The `[config]` section of pack.toml (Qwen3.5 dense text models), its one
-//! mapping to and from the engine's [`ModelConfig`], and the tensor list it implies.
+//! The `[config]` section of pack.toml (Qwen3.5 text models, dense or with
+//! `[config.moe]` mixture-of-experts MLPs), its one mapping to and from the
+//! engine's [`ModelConfig`], and the tensor list it implies.
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -8,10 +9,13 @@ use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
 use super::ManifestError;
-use crate::config::{JsonConfig, LayerKind, ModelConfig};
+use crate::config::{JsonConfig, LayerKind, ModelConfig, MoeConfig};
 
-/// The architecture name recorded in pack.toml.
+/// The architecture name recorded in pack.toml for a dense model.
 pub const ARCHITECTURE: &str = "qwen3_5_text";
+
+/// The architecture name recorded in pack.toml for a mixture-of-experts model.
+pub const ARCHITECTURE_MOE: &str = "qwen3_5_moe_text";
 
 /// Token mixer of one decoder layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,12 +75,32 @@ pub struct PackConfig {
     /// End-of-sequence token ids.
     #[serde(default)]
     pub eos_token_ids: Vec<u64>,
+    /// `[config.moe]`: every layer's MLP (and the MTP layer's) is a mixture of
+    /// experts; absent for dense models. Then `intermediate_size` equals
+    /// `moe.moe_intermediate_size` and no dense MLP exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<PackMoe>,
+}
+
+/// `[config.moe]` of pack.toml (Hugging Face's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackMoe {
+    /// Routed experts per layer.
+    pub num_experts: u64,
+    /// Experts each token is routed to.
+    pub num_experts_per_tok: u64,
+    /// Inner width of a routed expert.
+    pub moe_intermediate_size: u64,
+    /// Inner width of the shared expert.
+    pub shared_expert_intermediate_size: u64,
 }
 
 /// Which family of Linear a weight belongs to (quantization is chosen per family).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LinearGroup {
-    /// gate_proj, up_proj, down_proj (trunk and MTP).
+    /// gate_proj, up_proj, down_proj of a dense MLP or of an MoE layer's
+    /// shared expert (trunk and MTP).
     Mlp,
     /// q/k/v/o_proj of full attention (trunk and MTP).
     Attention,
@@ -86,6 +110,11 @@ pub enum LinearGroup {
     LmHead,
     /// The MTP input projection `mtp.fc`.
     MtpFc,
+    /// The routed experts' gate_proj, up_proj, down_proj (MoE models).
+    Experts,
+    /// The MoE router `mlp.gate` and the shared expert's gate
+    /// `mlp.shared_expert_gate` (never quantized by default: they pick the experts).
+    Router,
 }
 
 impl LinearGroup {
@@ -97,14 +126,25 @@ impl LinearGroup {
             LinearGroup::LinearAttention => "linear-attention",
             LinearGroup::LmHead => "lm-head",
             LinearGroup::MtpFc => "mtp-fc",
+            LinearGroup::Experts => "experts",
+            LinearGroup::Router => "router",
         }
     }
 
+    /// Every group.
+    pub const ALL: [LinearGroup; 7] = [
+        Self::Mlp,
+        Self::Attention,
+        Self::LinearAttention,
+        Self::LmHead,
+        Self::MtpFc,
+        Self::Experts,
+        Self::Router,
+    ];
+
     /// Parses [`as_str`](Self::as_str) spellings.
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Mlp, Self::Attention, Self::LinearAttention, Self::LmHead, Self::MtpFc]
-            .into_iter()
-            .find(|g| g.as_str() == s)
+        Self::ALL.into_iter().find(|g| g.as_str() == s)
     }
 }
 
@@ -179,7 +219,24 @@ impl PackConfig {
         if self.eos_token_ids.iter().any(|&t| t >= self.vocab_size) {
             return bad("an eos_token_id lies outside the vocabulary".into());
         }
+        if let Some(m) = &self.moe {
+            if m.moe_intermediate_size != self.intermediate_size {
+                return bad(format!(
+                    "intermediate_size = {} must equal moe.moe_intermediate_size = {} in an MoE model",
+                    self.intermediate_size, m.moe_intermediate_size
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The architecture pack.toml records for this config.
+    pub fn architecture(&self) -> &'static str {
+        if self.moe.is_some() {
+            ARCHITECTURE_MOE
+        } else {
+            ARCHITECTURE
+        }
     }
 
     /// The engine's model configuration; `context_length` (pack.toml's) becomes
@@ -213,6 +270,12 @@ impl PackConfig {
             max_position_embeddings: z(context_length),
             eos_token_ids: self.eos_token_ids.iter().map(|&t| t as u32).collect(),
             mtp_num_hidden_layers: z(self.mtp_num_hidden_layers),
+            moe: self.moe.map(|m| MoeConfig {
+                num_experts: z(m.num_experts),
+                num_experts_per_tok: z(m.num_experts_per_tok),
+                moe_intermediate_size: z(m.moe_intermediate_size),
+                shared_expert_intermediate_size: z(m.shared_expert_intermediate_size),
+            }),
         }
     }
 
@@ -250,6 +313,12 @@ impl PackConfig {
             mtp_num_hidden_layers: w(m.mtp_num_hidden_layers),
             max_position_embeddings: w(m.max_position_embeddings),
             eos_token_ids: m.eos_token_ids.iter().map(|&t| u64::from(t)).collect(),
+            moe: m.moe.map(|e| PackMoe {
+                num_experts: w(e.num_experts),
+                num_experts_per_tok: w(e.num_experts_per_tok),
+                moe_intermediate_size: w(e.moe_intermediate_size),
+                shared_expert_intermediate_size: w(e.shared_expert_intermediate_size),
+            }),
         }
     }
 
@@ -333,13 +402,39 @@ impl PackConfig {
 
     fn push_mlp_and_norms(&self, v: &mut Vec<ExpectedTensor>, p: &str) {
         let (h, i) = (self.hidden_size, self.intermediate_size);
-        let mlp = TensorKind::Linear(LinearGroup::Mlp);
-        push(v, &format!("{p}.mlp.gate_proj.weight"), vec![i, h], mlp);
-        push(v, &format!("{p}.mlp.up_proj.weight"), vec![i, h], mlp);
-        push(v, &format!("{p}.mlp.down_proj.weight"), vec![h, i], mlp);
+        match &self.moe {
+            Some(m) => self.push_moe(v, p, m),
+            None => push_swiglu(v, &format!("{p}.mlp"), h, i, LinearGroup::Mlp),
+        }
         push(v, &format!("{p}.input_layernorm.weight"), vec![h], TensorKind::Norm);
         push(v, &format!("{p}.post_attention_layernorm.weight"), vec![h], TensorKind::Norm);
     }
+}
+
+impl PackConfig {
+    /// An MoE layer's MLP, in the checkpoints' per-expert naming:
+    /// `mlp.gate` (router), `mlp.experts.E.{gate,up,down}_proj`,
+    /// `mlp.shared_expert.*` and `mlp.shared_expert_gate`.
+    fn push_moe(&self, v: &mut Vec<ExpectedTensor>, p: &str, m: &PackMoe) {
+        let h = self.hidden_size;
+        let router = TensorKind::Linear(LinearGroup::Router);
+        push(v, &format!("{p}.mlp.gate.weight"), vec![m.num_experts, h], router);
+        for e in 0..m.num_experts {
+            let x = format!("{p}.mlp.experts.{e}");
+            push_swiglu(v, &x, h, m.moe_intermediate_size, LinearGroup::Experts);
+        }
+        let shared = m.shared_expert_intermediate_size;
+        push_swiglu(v, &format!("{p}.mlp.shared_expert"), h, shared, LinearGroup::Mlp);
+        push(v, &format!("{p}.mlp.shared_expert_gate.weight"), vec![1, h], router);
+    }
+}
+
+/// A SwiGLU MLP's three Linears under `prefix`.
+fn push_swiglu(v: &mut Vec<ExpectedTensor>, prefix: &str, h: u64, i: u64, group: LinearGroup) {
+    let kind = TensorKind::Linear(group);
+    push(v, &format!("{prefix}.gate_proj.weight"), vec![i, h], kind);
+    push(v, &format!("{prefix}.up_proj.weight"), vec![i, h], kind);
+    push(v, &format!("{prefix}.down_proj.weight"), vec![h, i], kind);
 }
 
 fn push(v: &mut Vec<ExpectedTensor>, name: &str, shape: Vec<u64>, kind: TensorKind) {

@@ -11,7 +11,10 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use serde::{Deserialize, Serialize};
 
-pub use config::{ExpectedTensor, LayerType, LinearGroup, PackConfig, TensorKind, ARCHITECTURE};
+pub use config::{
+    ExpectedTensor, LayerType, LinearGroup, PackConfig, PackMoe, TensorKind, ARCHITECTURE,
+    ARCHITECTURE_MOE,
+};
 
 /// What is wrong with a manifest (the caller adds the file name).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,7 +54,7 @@ pub struct Manifest {
     pub format_version: u32,
     /// Model name.
     pub name: String,
-    /// Architecture (`qwen3_5_text`).
+    /// Architecture (`qwen3_5_text`, or `qwen3_5_moe_text` with `[config.moe]`).
     pub architecture: String,
     /// Context length the engine should allow.
     pub context_length: u64,
@@ -156,11 +159,21 @@ impl Manifest {
     /// Checks the manifest's own consistency.
     pub fn validate(&self) -> Result<(), ManifestError> {
         let bad = |r: String| Err(ManifestError::Invalid(r));
-        if self.architecture != ARCHITECTURE {
-            return bad(format!(
-                "architecture `{}` is not supported (expected `{ARCHITECTURE}`)",
-                self.architecture
-            ));
+        if self.architecture != self.config.architecture() {
+            let known = [ARCHITECTURE, ARCHITECTURE_MOE].contains(&self.architecture.as_str());
+            return bad(if known {
+                format!(
+                    "architecture `{}` disagrees with [config] (expected `{}`: `[config.moe]` is {})",
+                    self.architecture,
+                    self.config.architecture(),
+                    if self.config.moe.is_some() { "present" } else { "absent" }
+                )
+            } else {
+                format!(
+                    "architecture `{}` is not supported (expected `{ARCHITECTURE}` or `{ARCHITECTURE_MOE}`)",
+                    self.architecture
+                )
+            });
         }
         self.config.validate()?;
         if self.mtp != (self.config.mtp_num_hidden_layers > 0) {

@@ -131,3 +131,63 @@ fn expected_tensors_follow_the_layer_types() {
     assert!(names.iter().any(|n| n == "lm_head.weight"));
     let _ = "".to_string();
 }
+
+/// SAMPLE as an MoE model: 4 experts of 64, 2 per token, a shared expert of 96.
+fn moe_sample() -> alloc::string::String {
+    SAMPLE
+        .replace("architecture = \"qwen3_5_text\"", "architecture = \"qwen3_5_moe_text\"")
+        .replace("intermediate_size = 768", "intermediate_size = 64")
+        .replace(
+            "eos_token_ids = [4070, 4072]\n",
+            "eos_token_ids = [4070, 4072]\n\n[config.moe]\nnum_experts = 4\nnum_experts_per_tok = 2\nmoe_intermediate_size = 64\nshared_expert_intermediate_size = 96\n",
+        )
+        .replace("model.layers.0.mlp.up_proj", "model.layers.0.mlp.experts.3.up_proj")
+}
+
+#[test]
+fn moe_manifest_gives_the_engine_config_and_per_expert_tensors() {
+    let m = Manifest::parse(&moe_sample()).unwrap();
+    let c = m.model_config();
+    let moe = c.moe.expect("moe section");
+    assert_eq!((moe.num_experts, moe.num_experts_per_tok), (4, 2));
+    assert_eq!((moe.moe_intermediate_size, moe.shared_expert_intermediate_size), (64, 96));
+    let t = m.config.expected_tensors();
+    let shape = |n: &str| t.iter().find(|e| e.name == n).map(|e| e.shape.clone());
+    assert_eq!(shape("model.layers.0.mlp.gate.weight"), Some(alloc::vec![4, 256]));
+    assert_eq!(shape("model.layers.2.mlp.experts.3.down_proj.weight"), Some(alloc::vec![256, 64]));
+    assert_eq!(
+        shape("model.layers.1.mlp.shared_expert.up_proj.weight"),
+        Some(alloc::vec![96, 256])
+    );
+    assert_eq!(shape("model.layers.1.mlp.shared_expert_gate.weight"), Some(alloc::vec![1, 256]));
+    assert_eq!(shape("mtp.layers.0.mlp.experts.0.gate_proj.weight"), Some(alloc::vec![64, 256]));
+    assert_eq!(shape("model.layers.0.mlp.gate_proj.weight"), None, "no dense MLP");
+    let kind = |n: &str| t.iter().find(|e| e.name == n).map(|e| e.kind);
+    assert_eq!(
+        kind("model.layers.0.mlp.experts.0.up_proj.weight"),
+        Some(TensorKind::Linear(LinearGroup::Experts))
+    );
+    assert_eq!(
+        kind("model.layers.0.mlp.gate.weight"),
+        Some(TensorKind::Linear(LinearGroup::Router))
+    );
+    // The section survives a write and a read.
+    #[cfg(feature = "write")]
+    assert_eq!(Manifest::parse(&m.to_toml().unwrap()).unwrap(), m);
+}
+
+#[test]
+fn moe_manifest_errors_name_the_architecture_and_sizes() {
+    let moe = moe_sample();
+    let cases = [
+        (moe.replace("qwen3_5_moe_text", "qwen3_5_text"), "disagrees with [config]"),
+        (SAMPLE.replace("qwen3_5_text", "qwen3_5_moe_text"), "disagrees with [config]"),
+        (moe.replace("\nintermediate_size = 64\n", "\nintermediate_size = 65\n"), "must equal"),
+        (moe.replace("num_experts_per_tok = 2", "num_experts_per_tok = 5"), "must not exceed"),
+        (moe.replace("num_experts = 4", "num_experts = 4\nrouter = 1"), "unknown field `router`"),
+    ];
+    for (text, want) in cases {
+        let e = Manifest::parse(&text).unwrap_err().to_string();
+        assert!(e.contains(want), "{want:?} not in {e:?}");
+    }
+}

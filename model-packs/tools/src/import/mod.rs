@@ -2,8 +2,10 @@
 //! becomes a pack.
 //!
 //! Unquantized matrices (embeddings, kept Linears) are stored as BF16 (with
-//! [`QuantMode::Keep`]: in the checkpoint's own dtype); norms,
-//! conv1d, A_log and dt_bias as F32. Chosen Linear families are quantized to
+//! [`QuantMode::Keep`]: in the checkpoint's own dtype); an MoE router and
+//! shared-expert gate (unless quantized on request) keep the checkpoint's
+//! dtype, since they choose the experts; norms, conv1d, A_log and dt_bias as
+//! F32. Chosen Linear families are quantized to
 //! NVFP4 with [`crate::nvfp4`]; a ModelOpt checkpoint's NVFP4 tensors are copied
 //! byte for byte and nothing else of it is quantized. The output head is
 //! stored as [`ImportOptions::head`] says ([`crate::head`]).
@@ -12,7 +14,7 @@ mod source;
 
 pub use source::{pack_name, HfCheckpoint};
 
-use crate::config::{ExpectedTensor, LinearGroup, TensorKind, ARCHITECTURE};
+use crate::config::{ExpectedTensor, LinearGroup, TensorKind};
 use crate::error::{PackError, Result};
 use crate::head::{HeadFormat, DEFAULT_HEAD, LM_HEAD, LM_HEAD_EXACT};
 use crate::manifest::{Manifest, Quantization, Scheme, TokenizerEntry, ALIGNMENT, FORMAT_VERSION};
@@ -80,9 +82,12 @@ impl Default for ImportOptions {
     }
 }
 
-/// The Linear families quantized by default: MLP, attention, DeltaNet projections.
+/// The Linear families quantized by default: MLP (and an MoE model's shared
+/// expert), attention, DeltaNet projections and routed experts.
 pub fn default_groups() -> BTreeSet<LinearGroup> {
-    [LinearGroup::Mlp, LinearGroup::Attention, LinearGroup::LinearAttention].into_iter().collect()
+    [LinearGroup::Mlp, LinearGroup::Attention, LinearGroup::LinearAttention, LinearGroup::Experts]
+        .into_iter()
+        .collect()
 }
 
 /// What an import produced.
@@ -199,6 +204,10 @@ impl<'a> Planner<'a> {
         }
         let src = self.plain_source(e)?;
         let out = match e.kind {
+            TensorKind::Linear(LinearGroup::Router) => match src.dtype {
+                DType::F32 | DType::BF16 | DType::F16 => src.dtype,
+                _ => DType::F32,
+            },
             TensorKind::Linear(_) | TensorKind::Embedding if opts.quant == QuantMode::Keep => {
                 match src.dtype {
                     DType::F32 | DType::BF16 | DType::F16 => src.dtype,
@@ -374,7 +383,7 @@ fn build_manifest(
     Ok(Manifest {
         format_version: FORMAT_VERSION,
         name,
-        architecture: ARCHITECTURE.into(),
+        architecture: ck.config.architecture().into(),
         context_length: opts.context_length.unwrap_or(ck.config.max_position_embeddings),
         mtp: ck.config.mtp_num_hidden_layers > 0,
         alignment: ALIGNMENT,

@@ -1,6 +1,10 @@
 //! Reading a Hugging Face model directory for import: the engine's reader
 //! ([`HfModelDir`]: config.json, single or sharded safetensors, canonical names),
 //! plus the pack's view of the config and ModelOpt's `hf_quant_config.json`.
+//! MoE experts fused as transformers keeps them (`mlp.experts.gate_up_proj`
+//! `[E, 2I, H]`, `mlp.experts.down_proj` `[E, H, I]`) are seen as the
+//! per-expert tensors packs store (`mlp.experts.N.{gate,up,down}_proj.weight`),
+//! borrowed slices of the fused ones.
 
 use crate::config::PackConfig;
 use crate::error::{PackError, Result};
@@ -8,7 +12,8 @@ use crate::safetensors::TensorRef;
 use kore_engine::hf::{HfError, HfModelDir};
 use kore_pack_format::JsonConfig;
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 pub use kore_engine::hf::canonical as pack_name;
@@ -28,6 +33,19 @@ pub struct HfCheckpoint {
     pub dropped: Vec<String>,
     /// True when hf_quant_config.json (or config.json) declares ModelOpt NVFP4.
     pub modelopt: bool,
+    /// Per-expert views of fused expert tensors, by pack name.
+    split: BTreeMap<String, Split>,
+}
+
+/// One expert's matrix inside a fused expert tensor.
+#[derive(Debug)]
+struct Split {
+    /// The fused tensor's name.
+    fused: String,
+    /// The expert's shape `[rows, cols]`.
+    shape: Vec<u64>,
+    /// Its bytes within the fused tensor.
+    bytes: Range<usize>,
 }
 
 impl HfCheckpoint {
@@ -45,6 +63,7 @@ impl HfCheckpoint {
         }
         let modelopt = detect_modelopt(dir, &root)?;
         let mut tensors: BTreeSet<String> = hf.tensor_names().map(str::to_string).collect();
+        let split = split_fused_experts(&hf, &mut tensors);
         let mut dropped = hf.dropped().to_vec();
         reconcile_mtp(&cfg_path, &mut config, &tensors)?;
         if config.tie_word_embeddings && tensors.remove("lm_head.weight") {
@@ -52,13 +71,18 @@ impl HfCheckpoint {
             dropped.push("lm_head.weight".into());
         }
         config.validate().map_err(|e| PackError::from_manifest(&cfg_path, e))?;
-        Ok(Self { dir: dir.to_path_buf(), config, hf, tensors, dropped, modelopt })
+        Ok(Self { dir: dir.to_path_buf(), config, hf, tensors, dropped, modelopt, split })
     }
 
     /// A view of the tensor stored under pack name `name`.
     pub fn get(&self, name: &str) -> Option<TensorRef<'_>> {
         if !self.tensors.contains(name) {
             return None;
+        }
+        if let Some((key, s)) = self.split.get_key_value(name) {
+            let t = self.hf.stored(&s.fused)?;
+            let data = t.data.get(s.bytes.clone())?;
+            return Some(TensorRef { name: key, dtype: t.info.dtype, shape: &s.shape, data });
         }
         let t = self.hf.stored(name)?;
         Some(TensorRef {
@@ -71,8 +95,57 @@ impl HfCheckpoint {
 
     /// The path of the file holding `name`.
     pub fn file_of(&self, name: &str) -> PathBuf {
-        self.hf.stored(name).map_or_else(|| self.dir.clone(), |t| t.file.to_path_buf())
+        let stored = self.split.get(name).map_or(name, |s| s.fused.as_str());
+        self.hf.stored(stored).map_or_else(|| self.dir.clone(), |t| t.file.to_path_buf())
     }
+}
+
+/// Replaces every fused expert tensor (3-D float `*.mlp.experts.gate_up_proj`
+/// or `*.mlp.experts.down_proj`) in `tensors` by its per-expert views.
+fn split_fused_experts(hf: &HfModelDir, tensors: &mut BTreeSet<String>) -> BTreeMap<String, Split> {
+    let mut split = BTreeMap::new();
+    let fused: Vec<String> = tensors
+        .iter()
+        .filter(|n| {
+            n.ends_with(".mlp.experts.gate_up_proj") || n.ends_with(".mlp.experts.down_proj")
+        })
+        .cloned()
+        .collect();
+    for name in fused {
+        let Some(t) = hf.stored(&name) else { continue };
+        let (dtype, shape) = (t.info.dtype, &t.info.shape);
+        if shape.len() != 3 || !dtype.is_float() {
+            continue; // left as it is: the import names it as unexpected
+        }
+        let (n, rows, cols) = (shape[0] as usize, shape[1] as usize, shape[2] as usize);
+        let base = &name[..name.rfind('.').unwrap_or(0)];
+        let es = dtype.size();
+        let each = rows * cols * es;
+        let parts: Vec<(&str, usize, usize)> = if name.ends_with("gate_up_proj") {
+            if rows % 2 != 0 {
+                continue;
+            }
+            vec![("gate_proj", 0, rows / 2), ("up_proj", rows / 2, rows)]
+        } else {
+            vec![("down_proj", 0, rows)]
+        };
+        for e in 0..n {
+            for &(part, r0, r1) in &parts {
+                let start = e * each + r0 * cols * es;
+                split.insert(
+                    format!("{base}.{e}.{part}.weight"),
+                    Split {
+                        fused: name.clone(),
+                        shape: vec![(r1 - r0) as u64, cols as u64],
+                        bytes: start..start + (r1 - r0) * cols * es,
+                    },
+                );
+            }
+        }
+        tensors.remove(&name);
+    }
+    tensors.extend(split.keys().cloned());
+    split
 }
 
 /// The engine reader's error as this crate's, naming the same file.

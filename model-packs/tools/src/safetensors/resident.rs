@@ -109,8 +109,8 @@ pub(crate) fn map_file(path: &Path, file: &File) -> Result<Mmap> {
     unsafe { Mmap::map(file) }.map_err(|e| PackError::io(path, e))
 }
 
-/// `MemAvailable` from /proc/meminfo, in bytes.
-fn mem_available() -> Option<u64> {
+/// `MemAvailable` from /proc/meminfo, in bytes (`None` if it cannot be read).
+pub fn mem_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

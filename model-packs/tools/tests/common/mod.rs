@@ -47,6 +47,7 @@ pub fn tiny_config() -> PackConfig {
         mtp_num_hidden_layers: 1,
         max_position_embeddings: 256,
         eos_token_ids: vec![302],
+        moe: None,
     }
 }
 
