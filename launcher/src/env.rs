@@ -99,6 +99,20 @@ pub fn path(name: &str) -> Option<PathBuf> {
     std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
+/// Logs (debug) each listed variable that is set, so a `-vv` run shows what
+/// in its environment changed it; test hooks are flagged as such.
+pub fn log_set() {
+    for v in VARS.iter().filter(|v| v.audience != Audience::System) {
+        if let Some(value) = get(v.name) {
+            let shown = if v.name == "KORE_API_KEY" { "(set)" } else { value.as_str() };
+            match v.audience {
+                Audience::Test => tracing::debug!("environment: {}={shown} (a test hook)", v.name),
+                _ => tracing::debug!("environment: {}={shown}", v.name),
+            }
+        }
+    }
+}
+
 /// Whether `name` is one of [`VARS`].
 pub fn known(name: &str) -> bool {
     VARS.iter().any(|v| v.name == name)
