@@ -29,7 +29,6 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use crate::model::{Logits, Model, SeqInput};
 use crate::pool::{split, Parallel};
 use crate::sampling::{argmax, Sampler, SamplingParams};
-use crate::simd::{self, Path};
 use crate::spec::{SpecOptions, SpecStats, Speculator, MAX_DRAFTS};
 use crate::state::State;
 
@@ -236,29 +235,19 @@ pub fn read_bandwidth(
     }
     let buf: &[u64] = buf;
     let sink = AtomicU64::new(0);
-    let path = simd::active();
+    let path = crate::simd::best();
     let mut best = 0.0f64;
     for _ in 0..passes.max(1) {
         let t0 = clock();
         pool.run(&|w, workers| {
             let part = &buf[split(n, w, workers, 8)];
-            sink.fetch_add(read_sum(path, part), Ordering::Relaxed);
+            sink.fetch_add(crate::kernels::read_sum(path, part), Ordering::Relaxed);
         });
         let dt = clock().saturating_sub(t0).max(1);
         best = best.max((n * 8) as f64 / dt as f64);
     }
     core::hint::black_box(sink.load(Ordering::Relaxed));
     best
-}
-
-fn read_sum(path: Path, part: &[u64]) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    if path.avx512() {
-        // SAFETY: `simd::active` only returns supported paths.
-        return unsafe { simd::avx512::read_sum(part) };
-    }
-    let _ = path;
-    crate::kernels::generic::read_sum(part)
 }
 
 /// The deterministic benchmark prompt: spread-out ids below the vocabulary.
@@ -394,7 +383,7 @@ pub fn run_with_prompt(
         bandwidth_fraction: achieved_gbps / read_gbps,
         tokens_per_step: decode.tokens as f64 / decode.steps as f64,
         threads: model.pool().workers(),
-        kernels: simd::active().name(),
+        kernels: model.kernels().name(),
         prefill_share,
         decode_share,
         mtp,

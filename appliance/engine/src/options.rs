@@ -1,12 +1,14 @@
-//! The engine's process-wide choices, made by whoever runs it: the launcher
-//! from its flags and environment, the Kore guest from its command line. The
-//! library itself reads no environment, so the host and the guest only differ
-//! where their caller says so.
+//! The engine's choices for a model, made by whoever runs it: the launcher
+//! from its flags and environment, the Kore guest from its command line
+//! (`Model::set_options`). The library itself reads no environment and keeps
+//! no process-wide choice, so the host and the guest only differ where their
+//! caller says so, and two models in one process (or two tests) may run
+//! different kernels side by side.
 
 use crate::simd;
 use crate::state::KvPrecision;
 
-/// What [`EngineOptions::apply`] sets for every later forward in this process.
+/// What `Model::set_options` sets for a model's later forwards and states.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EngineOptions {
     /// The SIMD kernel path; `None` = the fastest this CPU supports.
@@ -14,18 +16,24 @@ pub struct EngineOptions {
     /// The KV cache element type of new states.
     pub kv: KvPrecision,
     /// DeltaNet's chunked form for forwards of at least this many tokens;
-    /// `None` = never (the default, see `model::chunked_min_tokens`).
+    /// `None` = never (the default, see `Model::deltanet_chunked_min`).
     pub deltanet_chunked_min: Option<usize>,
 }
 
 impl EngineOptions {
-    /// Makes these the engine's choices. Fails, changing nothing, when the
-    /// kernel path is not supported by this CPU (or the XCR0 it was limited to).
-    pub fn apply(&self) -> Result<(), simd::Unsupported> {
-        simd::force(self.kernels)?;
-        KvPrecision::set_initial(self.kv);
-        crate::model::set_chunked_min_tokens(self.deltanet_chunked_min);
-        Ok(())
+    /// Checks that this CPU (or the XCR0 it was limited to) can run the
+    /// kernel path, so a caller can refuse bad options before loading a model.
+    pub fn check(&self) -> Result<(), simd::Unsupported> {
+        match self.kernels {
+            Some(p) if !p.supported() => Err(simd::Unsupported(p)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The kernel path these options give: the chosen one, else the fastest
+    /// this CPU supports ([`simd::best`]).
+    pub fn path(&self) -> simd::Path {
+        self.kernels.unwrap_or_else(simd::best)
     }
 
     /// The options' `key=value` words for the guest's command line (empty for

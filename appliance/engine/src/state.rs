@@ -11,13 +11,9 @@
 
 use alloc::vec;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::{LayerKind, ModelConfig};
-use crate::simd::attn::KvElem;
-
-/// Whether new states keep their KV cache in f16 ([`KvPrecision::set_initial`]).
-static INITIAL_KV_F16: AtomicBool = AtomicBool::new(false);
+use crate::simd::types::KvElem;
 
 /// Element type of the attention KV cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -31,22 +27,6 @@ pub enum KvPrecision {
 }
 
 impl KvPrecision {
-    /// The precision of new states: [`KvPrecision::F32`] unless the engine's
-    /// caller chose another with [`KvPrecision::set_initial`] (see
-    /// [`crate::EngineOptions`]).
-    pub fn initial() -> Self {
-        if INITIAL_KV_F16.load(Ordering::Relaxed) {
-            KvPrecision::F16
-        } else {
-            KvPrecision::F32
-        }
-    }
-
-    /// Sets what [`KvPrecision::initial`] returns from now on, process-wide.
-    pub fn set_initial(kv: KvPrecision) {
-        INITIAL_KV_F16.store(kv == KvPrecision::F16, Ordering::Relaxed);
-    }
-
     /// `f32` or `f16`.
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
@@ -84,7 +64,7 @@ pub enum Kv {
 
 impl Default for Kv {
     fn default() -> Self {
-        Kv::new(KvPrecision::initial())
+        Kv::new(KvPrecision::default())
     }
 }
 
@@ -171,10 +151,10 @@ pub struct State {
 }
 
 impl State {
-    /// An empty state for a model with this config (KV precision
-    /// [`KvPrecision::initial`]).
+    /// An empty state for a model with this config, its KV cache in the
+    /// default precision (`Model::new_state` uses the model's).
     pub fn new(cfg: &ModelConfig) -> Self {
-        Self::with_kv(cfg, KvPrecision::initial())
+        Self::with_kv(cfg, KvPrecision::default())
     }
 
     /// An empty state whose attention caches hold `kv` elements.

@@ -100,7 +100,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "model {}: {:.2} GB of weights per decode step, {} kernels, weights {}",
         files.path.display(),
         model.weight_bytes_per_token() as f64 / 1e9,
-        kore_engine::simd::active().name(),
+        model.kernels().name(),
         files.residency()
     );
     if opts.mtp > 0 && !model.has_mtp() {

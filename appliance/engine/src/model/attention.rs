@@ -3,7 +3,7 @@
 //! attention over the KV cache, `o_proj(attn * sigmoid(gate))`.
 //!
 //! The attention itself ([`attend`]) is an online softmax over blocks of
-//! keys (`simd::attn` kernels: scores, exp, weighted value sums, on f32 or f16
+//! keys (`kernels::attn`: scores, exp, weighted value sums, on f32 or f16
 //! caches) with work items of (token, KV head, key piece) taken by the pool's
 //! workers from a shared counter; no allocation per key. For decode (few
 //! tokens) long contexts are cut into fixed pieces merged afterwards, so the
@@ -16,10 +16,10 @@ use core::ops::Range;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::config::ModelConfig;
-use crate::kernels::{matmul_on, matmuls_on, Product};
+use crate::kernels::attn;
+use crate::kernels::{Exec, KvElem, Product};
 use crate::ops::{exp, rms_norm_1p, rope, sigmoid_in_place};
 use crate::pool::{Parallel, SharedMut};
-use crate::simd::attn::{self, KvElem};
 use crate::simd::Path;
 use crate::state::Kv;
 use crate::tensor::TensorSource;
@@ -67,7 +67,7 @@ impl<'a> Attention<'a> {
     pub fn forward(
         &self,
         cfg: &ModelConfig,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
         inv_freq: &[f32],
         x: &[f32],
         tokens: usize,
@@ -75,10 +75,10 @@ impl<'a> Attention<'a> {
         k_cache: &mut Kv,
         v_cache: &mut Kv,
     ) -> Vec<f32> {
-        let mut p = self.project(cfg, pool, x, tokens);
-        let attn = self.mix(cfg, pool, inv_freq, p.rows_mut(0..tokens), pos0, k_cache, v_cache);
+        let mut p = self.project(cfg, ex, x, tokens);
+        let attn = self.mix(cfg, ex, inv_freq, p.rows_mut(0..tokens), pos0, k_cache, v_cache);
         let mut y = vec![0.0; tokens * cfg.hidden_size];
-        matmul_on(pool, &self.o_proj, &attn, tokens, &mut y);
+        ex.matmul(&self.o_proj, &attn, tokens, &mut y);
         y
     }
 
@@ -87,7 +87,7 @@ impl<'a> Attention<'a> {
     pub(crate) fn project(
         &self,
         cfg: &ModelConfig,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
         x: &[f32],
         tokens: usize,
     ) -> Projected {
@@ -98,8 +98,7 @@ impl<'a> Attention<'a> {
             v: vec![0.0; tokens * nkv * hd],     // [T, nkv, hd]
             dims: (nq * hd * 2, nkv * hd),
         };
-        matmuls_on(
-            pool,
+        ex.matmuls(
             tokens,
             &mut [
                 Product::new(&self.q_proj, x, &mut p.qg),
@@ -117,7 +116,7 @@ impl<'a> Attention<'a> {
     pub(crate) fn mix(
         &self,
         cfg: &ModelConfig,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
         inv_freq: &[f32],
         p: ProjRows<'_>,
         pos0: usize,
@@ -141,7 +140,7 @@ impl<'a> Attention<'a> {
 
         let shape = Shape { hd, nq, nkv, tokens, pos0 };
         let mut attn = vec![0.0; tokens * nq * hd]; // [T, nq, hd]
-        let path = crate::simd::active();
+        let (path, pool) = (ex.path, ex.pool);
         match (&*k_cache, &*v_cache) {
             (Kv::F32(kc), Kv::F32(vc)) => attend(path, pool, &shape, qg, kc, vc, &mut attn),
             (Kv::F16(kc), Kv::F16(vc)) => attend(path, pool, &shape, qg, kc, vc, &mut attn),
@@ -151,7 +150,7 @@ impl<'a> Attention<'a> {
         for (g, qh) in gate.chunks_exact_mut(hd).zip(qg.chunks_exact(2 * hd)) {
             g.copy_from_slice(&qh[hd..]);
         }
-        sigmoid_in_place(&mut gate);
+        sigmoid_in_place(path, &mut gate);
         attn.iter_mut().zip(&gate).for_each(|(o, g)| *o *= g);
         attn
     }

@@ -21,7 +21,6 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::{ForwardError, Model};
-use crate::kernels::matmul_on;
 use crate::ops::rms_norm_1p_rows;
 use crate::state::{Kv, LayerState};
 
@@ -158,7 +157,7 @@ impl Model<'_> {
             row[h..].copy_from_slice(n);
         }
         let mut u = vec![0.0; t * h]; // [T, H]
-        matmul_on(self.pool(), &head.fc, &cat, t, &mut u);
+        self.exec().matmul(&head.fc, &cat, t, &mut u);
         self.layer_forward(&head.layer, &mut mtp.layer, &mut u, t, mtp.pos, None);
         rms_norm_1p_rows(&mut u, &head.norm, eps);
         mtp.pos += t;

@@ -1,5 +1,5 @@
-//! AVX-512 and AVX2 attention kernels. Twins: the generic kernels in
-//! `simd::attn` (same shapes, same exp algorithm as `exp::exp`).
+//! AVX-512 and AVX2 attention kernels. Twins: the generic kernels of
+//! `kernels::generic` (same shapes, same exp algorithm as `exp::exp`).
 //!
 //! Up to [`GMAX`] query heads of one KV head run together: each key or value
 //! row is loaded (and converted from f16) once for all of them. AVX-512
@@ -7,9 +7,9 @@
 
 use core::arch::x86_64::*;
 
-use super::attn::KvElem;
-use super::Path;
-use crate::exp::{EXP_C, EXP_HI, EXP_LN2, EXP_LO, EXP_LOG2E};
+use super::types::KvElem;
+use super::x86::hsum256;
+use crate::exp::{exp, EXP_C, EXP_HI, EXP_LN2, EXP_LO, EXP_LOG2E};
 
 /// Query heads per kernel call (one accumulator register each).
 const GMAX: usize = 4;
@@ -26,95 +26,80 @@ macro_rules! by_g {
     };
 }
 
-fn wide(path: Path) -> bool {
-    path.avx512()
-}
-
-/// See `simd::attn::scores`.
-///
-/// # Safety
-/// `path` (AVX2 or an AVX-512 path) is supported; the shapes were checked
-/// by the caller (`q` holds `g * hd`, `keys` `n` rows `stride` apart, `out`
-/// `g` rows of `n` that are `ostride` apart).
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn scores<E: KvElem>(
-    path: Path,
-    q: &[f32],
-    g: usize,
-    hd: usize,
-    keys: &[E],
-    stride: usize,
-    n: usize,
-    out: &mut [f32],
-    ostride: usize,
-    scale: f32,
-) {
+/// Calls `f(g0, gn)` for the groups of at most [`GMAX`] heads of `g`.
+#[inline(always)]
+fn groups(g: usize, mut f: impl FnMut(usize, usize)) {
     let mut g0 = 0;
     while g0 < g {
         let gn = (g - g0).min(GMAX);
-        // SAFETY: heads g0..g0+gn lie inside q and out (checked shapes); the
-        // caller guarantees the path's CPU features.
-        unsafe {
-            let (qp, op, kp) =
-                (q.as_ptr().add(g0 * hd), out.as_mut_ptr().add(g0 * ostride), keys.as_ptr());
-            if wide(path) {
-                by_g!(gn, scores512, E, qp, hd, kp, stride, n, op, ostride, scale);
-            } else {
-                by_g!(gn, scores256, E, qp, hd, kp, stride, n, op, ostride, scale);
-            }
-        }
+        f(g0, gn);
         g0 += gn;
     }
 }
 
-/// See `simd::attn::accumulate`.
-///
-/// # Safety
-/// As [`scores`]: supported path, checked shapes.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn accumulate<E: KvElem>(
-    path: Path,
-    p: &[f32],
-    pstride: usize,
-    g: usize,
-    hd: usize,
-    values: &[E],
-    stride: usize,
-    n: usize,
-    o: &mut [f32],
-) {
-    let mut g0 = 0;
-    while g0 < g {
-        let gn = (g - g0).min(GMAX);
-        // SAFETY: heads g0..g0+gn lie inside p and o (checked shapes); the
-        // caller guarantees the path's CPU features.
-        unsafe {
-            let (pp, op, vp) =
-                (p.as_ptr().add(g0 * pstride), o.as_mut_ptr().add(g0 * hd), values.as_ptr());
-            if wide(path) {
-                by_g!(gn, accumulate512, E, pp, pstride, hd, vp, stride, n, op);
-            } else {
-                by_g!(gn, accumulate256, E, pp, pstride, hd, vp, stride, n, op);
-            }
+/// Defines the public scores and value-sum kernels of one ISA over its
+/// per-group kernels.
+macro_rules! attn_entries {
+    ($scores:ident, $accumulate:ident, $s:ident, $a:ident, $isa:literal) => {
+        #[doc = concat!("`kernels::attn::scores` on ", $isa, ".")]
+        ///
+        /// # Safety
+        /// The ISA is available; the shapes were checked by the caller (`q`
+        /// holds `g * hd`, `keys` `n` rows `stride` apart, `out` `g` rows of
+        /// `n` that are `ostride` apart).
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn $scores<E: KvElem>(
+            q: &[f32],
+            g: usize,
+            hd: usize,
+            keys: &[E],
+            stride: usize,
+            n: usize,
+            out: &mut [f32],
+            ostride: usize,
+            scale: f32,
+        ) {
+            let (qp, op, kp) = (q.as_ptr(), out.as_mut_ptr(), keys.as_ptr());
+            groups(g, |g0, gn| {
+                // SAFETY: heads g0..g0+gn lie inside q and out (checked
+                // shapes); the caller guarantees the ISA.
+                unsafe {
+                    let (qp, op) = (qp.add(g0 * hd), op.add(g0 * ostride));
+                    by_g!(gn, $s, E, qp, hd, kp, stride, n, op, ostride, scale)
+                }
+            });
         }
-        g0 += gn;
-    }
+
+        #[doc = concat!("`kernels::attn::accumulate` on ", $isa, ".")]
+        ///
+        /// # Safety
+        /// As the scores kernel: the ISA is available, the shapes checked.
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn $accumulate<E: KvElem>(
+            p: &[f32],
+            pstride: usize,
+            g: usize,
+            hd: usize,
+            values: &[E],
+            stride: usize,
+            n: usize,
+            o: &mut [f32],
+        ) {
+            let (pp, op, vp) = (p.as_ptr(), o.as_mut_ptr(), values.as_ptr());
+            groups(g, |g0, gn| {
+                // SAFETY: heads g0..g0+gn lie inside p and o (checked
+                // shapes); the caller guarantees the ISA.
+                unsafe {
+                    let (pp, op) = (pp.add(g0 * pstride), op.add(g0 * hd));
+                    by_g!(gn, $a, E, pp, pstride, hd, vp, stride, n, op)
+                }
+            });
+        }
+    };
 }
 
-/// See `simd::attn::exp_shift_sum`.
-///
-/// # Safety
-/// `path` (AVX2 or an AVX-512 path) is supported.
-pub(super) unsafe fn exp_shift_sum(path: Path, x: &mut [f32], m: f32) -> f32 {
-    // SAFETY: the caller guarantees the path's CPU features.
-    unsafe {
-        if wide(path) {
-            exp_shift_sum512(x, m)
-        } else {
-            exp_shift_sum256(x, m)
-        }
-    }
-}
+attn_entries!(scores_avx512, accumulate_avx512, scores512, accumulate512, "AVX-512");
+attn_entries!(scores_avx2, accumulate_avx2, scores256, accumulate256, "AVX2");
 
 // ---- AVX-512 ----
 
@@ -235,8 +220,12 @@ fn exp512(x: __m512) -> __m512 {
     _mm512_castpd_ps(v)
 }
 
+/// `kernels::attn::exp_shift_sum` on AVX-512.
+///
+/// # Safety
+/// AVX-512 F/BW/VL must be available.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn exp_shift_sum512(x: &mut [f32], m: f32) -> f32 {
+pub(crate) unsafe fn exp_shift_sum_avx512(x: &mut [f32], m: f32) -> f32 {
     let (mv, len, xp) = (_mm512_set1_ps(m), x.len(), x.as_mut_ptr());
     let mut sum = _mm512_setzero_ps();
     let mut i = 0;
@@ -269,14 +258,6 @@ unsafe fn load8<E: KvElem>(p: *const E) -> __m256 {
     }
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum8(a: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
-
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn scores256<E: KvElem, const G: usize>(
@@ -305,7 +286,7 @@ unsafe fn scores256<E: KvElem, const G: usize>(
             for (gi, a) in acc.iter().enumerate() {
                 let tail: f32 =
                     (full..hd).map(|i| *q.add(gi * hd + i) * (*kp.add(i)).to_f32()).sum();
-                *out.add(gi * ostride + s) = (hsum8(*a) + tail) * scale;
+                *out.add(gi * ostride + s) = (hsum256(*a) + tail) * scale;
             }
         }
     }
@@ -378,8 +359,12 @@ fn exp256(x: __m256) -> __m256 {
     _mm256_set_m128(_mm256_cvtpd_ps(exp4d(hi)), _mm256_cvtpd_ps(exp4d(lo)))
 }
 
+/// `kernels::attn::exp_shift_sum` on AVX2.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn exp_shift_sum256(x: &mut [f32], m: f32) -> f32 {
+pub(crate) unsafe fn exp_shift_sum_avx2(x: &mut [f32], m: f32) -> f32 {
     let (mv, full, xp) = (_mm256_set1_ps(m), x.len() / 8 * 8, x.as_mut_ptr());
     let mut sum = _mm256_setzero_ps();
     // SAFETY: i + 8 <= full <= x.len().
@@ -390,9 +375,9 @@ unsafe fn exp_shift_sum256(x: &mut [f32], m: f32) -> f32 {
             sum = _mm256_add_ps(sum, v);
         }
     }
-    let mut total = hsum8(sum);
+    let mut total = hsum256(sum);
     for v in &mut x[full..] {
-        *v = crate::exp::exp(*v - m);
+        *v = exp(*v - m);
         total += *v;
     }
     total

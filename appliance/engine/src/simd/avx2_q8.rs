@@ -23,30 +23,11 @@
 
 use core::arch::x86_64::*;
 
-use super::avx512vnni::{tail, Q8In};
-use super::E4m3Scale;
-use crate::kernels::TILE;
+use super::types::{Q8In, TILE, TILE_ROWS};
+use super::x86::{e2m1_offset_bytes, e4m3x8, hsum256, prefetch_ahead, tail_q8, E4m3Scale};
 
 /// `2 * E2M1(code) + 12`, for both 128-bit lanes of `vpshufb`.
-const E2M1_U8: [u8; 32] = [
-    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, //
-    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
-];
-
-/// Eight E4M3 bytes (sign-extended to dwords) decoded and times the global
-/// scale: exactly `E4M3_TABLE[b] * gs` for every byte except the NaN codes
-/// (which `pack verify` rejects); see [`E4m3Scale`].
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(super) fn e4m3x8(b: __m256i, gs: E4m3Scale) -> __m256 {
-    let bits = _mm256_and_si256(_mm256_slli_epi32::<20>(b), _mm256_set1_epi32(E4m3Scale::BITS));
-    let v = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(gs.k));
-    if gs.folded {
-        v
-    } else {
-        _mm256_mul_ps(v, _mm256_set1_ps(gs.gs))
-    }
-}
+const E2M1_U8: [u8; 32] = e2m1_offset_bytes();
 
 /// The scales of the two chunks whose 8 block scales start at `p`: each
 /// block's scale times `gs` in the two dword lanes of its block.
@@ -129,7 +110,7 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
     cols: usize,
     x: Q8In<'_>,
     pre: &[f32],
-    out: &mut [[f32; TILE]; crate::kernels::TILE_ROWS],
+    out: &mut [[f32; TILE]; TILE_ROWS],
 ) {
     debug_assert!(R <= ROWS && N <= TOKENS && cols % 16 == 0);
     debug_assert!(packed.len() == R * cols / 2 && scales.len() == R * cols / 16);
@@ -153,7 +134,7 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
             for r in 0..R {
                 let p = packed.as_ptr().add(r * prow + 32 * c);
                 if c % 2 == 0 {
-                    super::prefetch_ahead(p);
+                    prefetch_ahead(p);
                 }
                 let d = _mm256_loadu_si256(p as *const __m256i);
                 lo[r] = _mm256_shuffle_epi8(lut, _mm256_and_si256(d, nib));
@@ -191,13 +172,13 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
         }
         for (o, a) in out.iter_mut().zip(&acc) {
             for (v, at) in o.iter_mut().zip(a) {
-                *v = super::avx2::hsum(*at);
+                *v = hsum256(*at);
             }
         }
     }
     // Columns after the last full chunk (none in most products).
     for (r, o) in out.iter_mut().enumerate().take(if chunks * 64 < cols { R } else { 0 }) {
         let (p, s) = (&packed[r * prow..(r + 1) * prow], &scales[r * srow..(r + 1) * srow]);
-        tail(p, s, gs, cols, chunks * 64, x, 8, N, o);
+        tail_q8(p, s, gs, cols, chunks * 64, x, 8, N, o);
     }
 }
