@@ -63,6 +63,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(n) = env_count("KORE_BENCH_DECODE_TOKENS")? {
         opts.decode_tokens = n;
     }
+    if let Some(n) = env_count("KORE_BENCH_DEPTH")? {
+        opts.depth = n;
+    }
     if let Some(n) = env_count("KORE_BENCH_DRAFT_VOCAB")? {
         opts.draft_vocab = n;
     }
