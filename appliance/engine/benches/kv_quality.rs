@@ -11,6 +11,11 @@
 //! shorter), each from an empty state. Prints the totals and a line per
 //! 1024 positions of depth within a window.
 //!
+//! `KORE_KV_KERNELS_B` runs the second model on another kernel path (with
+//! `KORE_KV_PRECISION=f32`: the agreement two kernel paths' rounding leaves,
+//! the floor a KV precision is judged against on a model whose logits are
+//! close together, such as a synthetic pack's random weights).
+//!
 //! `KORE_KV_MODEL` is a Kore pack (`pack.toml`, `weights.safetensors`,
 //! `tokenizer.json`) or a Hugging Face directory; `KORE_KV_THREADS` (default
 //! 2) workers, `KORE_KV_CHUNK` (default 512) tokens per forward. The held-out
@@ -137,16 +142,21 @@ fn main() {
         .min(a.config.max_position_embeddings)
         .min(positions);
     let v = a.config.vocab_size;
+    let kernels_b = std::env::var("KORE_KV_KERNELS_B").ok().map(|p| {
+        kore_engine::simd::Path::from_name(&p).unwrap_or_else(|| panic!("KORE_KV_KERNELS_B={p}"))
+    });
+    let other_opts =
+        EngineOptions { kv: other, kernels: kernels_b.or(Some(a.kernels())), ..a.options() };
     println!(
         "model {} ({} kernels, {threads} threads), text {text_file} ({} tokens, cycled), \
-         {positions} positions in windows of {window}, f32 KV vs {}",
+         {positions} positions in windows of {window}, f32 KV vs {} ({} kernels)",
         dir.display(),
         a.kernels().name(),
         ids.len(),
-        other.name()
+        other.name(),
+        other_opts.path().name()
     );
     let f32_opts = EngineOptions { kv: KvPrecision::F32, ..a.options() };
-    let other_opts = EngineOptions { kv: other, ..a.options() };
     let stream: Vec<u32> = ids.iter().copied().cycle().take(positions).collect();
     let buckets = window.div_ceil(1024);
     let mut by_depth = vec![Tally::default(); buckets];
@@ -158,7 +168,9 @@ fn main() {
         a.set_options(&other_opts).unwrap();
         let mut s16 = a.new_state();
         for (c, toks) in win.chunks(chunk).enumerate() {
+            a.set_options(&f32_opts).unwrap();
             let l32 = a.forward(&mut s32, toks, Logits::All).unwrap();
+            a.set_options(&other_opts).unwrap();
             let l16 = a.forward(&mut s16, toks, Logits::All).unwrap();
             for (i, (p, q)) in l32.chunks_exact(v).zip(l16.chunks_exact(v)).enumerate() {
                 let depth = c * chunk + i;
