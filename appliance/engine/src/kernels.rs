@@ -354,7 +354,7 @@ enum Form {
     Permuted(usize),
     /// int8 per 4-column lane, for q8 weights on `avx512vnni`.
     Q8Lanes,
-    /// int8 per block in `Layout`, quantized with the AVX-512 code or not.
+    /// int8 per block in `Layout`, quantized with the path's SIMD code or not.
     Q8(Layout, bool),
     /// bf16 pairs as AMX B tiles.
     Bf16Pairs,
@@ -383,9 +383,9 @@ fn form(path: Path, w: &Linear<'_>) -> Form {
         return Form::Q8Lanes;
     }
     if q8_activations(path, w) {
-        // The SIMD quantizer needs AVX-512 VNNI, which the VNNI paths have.
-        let vnni = path.vnni();
-        return Form::Q8(if vnni { Layout::BlockLanes } else { Layout::EvenOdd }, vnni);
+        // Both int8 paths quantize full chunks with their SIMD quantizer.
+        let layout = if path.vnni() { Layout::BlockLanes } else { Layout::EvenOdd };
+        return Form::Q8(layout, true);
     }
     let avx512 = path.avx512();
     match w {

@@ -290,6 +290,21 @@ pub(super) fn q8_chunk256(
     unsafe { avx512vnni::q8_chunk256(x, q, corr, scale) }
 }
 
+/// One 64-column chunk quantized by the AVX2 quantizer (`isa` must run
+/// AVX2); false if the scalar rule must take it.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn q8_chunk64(
+    isa: Isa,
+    x: &[f32; 64],
+    q: &mut [i8; 64],
+    corr: &mut [i32; 8],
+    scale: &mut [f32; 8],
+) -> bool {
+    assert!(isa.0 != Path::Generic, "the AVX2 quantizer runs on SIMD paths");
+    // SAFETY: every path but the generic one has AVX2 and FMA.
+    unsafe { avx2_q8::q8_chunk64(x, q, corr, scale) }
+}
+
 /// Whether `isa` takes an NVFP4 product of `rows x cols` over `tokens`
 /// tokens on AMX tiles (whole tiles, at least `min_tokens`).
 pub(super) fn amx_takes(isa: Isa, rows: usize, cols: usize, tokens: usize, min: usize) -> bool {

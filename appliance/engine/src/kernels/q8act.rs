@@ -101,11 +101,11 @@ pub fn round_q8(x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// [`Q8`] of `x` (`[tokens, cols]`) in `layout`: the AVX-512 quantizer of
-/// `simd` (a VNNI path) for full chunks (bit-identical to [`q8_block`]; a
-/// chunk with a NaN or an infinity takes the scalar rule), [`q8_block`] for
-/// the rest. Columns after the last full chunk stay in natural order.
-/// `simd` needs [`Layout::BlockLanes`].
+/// [`Q8`] of `x` (`[tokens, cols]`) in `layout`: the SIMD quantizer of
+/// `simd`'s path for full chunks (AVX-512 for [`Layout::BlockLanes`], AVX2
+/// for [`Layout::EvenOdd`]; bit-identical to [`q8_block`]; a chunk with a
+/// NaN or an infinity takes the scalar rule), [`q8_block`] for the rest.
+/// Columns after the last full chunk stay in natural order.
 pub(super) fn quantize_q8(
     x: &[f32],
     tokens: usize,
@@ -113,7 +113,6 @@ pub(super) fn quantize_q8(
     layout: Layout,
     simd: Option<Isa>,
 ) -> Q8 {
-    debug_assert!(simd.is_none() || layout == Layout::BlockLanes);
     let (chunk, group) = (layout.chunk(), layout.group());
     let mut q = vec![0i8; tokens * cols];
     let mut corr = vec![0i32; tokens * cols / group];
@@ -130,7 +129,8 @@ pub(super) fn quantize_q8(
             if let Some(isa) = simd.filter(|_| c0 % chunk == 0 && c0 < full) {
                 let ends = (c0 + chunk, g + chunk / group);
                 let (xc, qc) = (&xt[c0..ends.0], &mut row[c0..ends.0]);
-                if q8_chunk_simd(isa, xc, qc, &mut corr[g..ends.1], &mut scale[g..ends.1]) {
+                let (cc, sc) = (&mut corr[g..ends.1], &mut scale[g..ends.1]);
+                if q8_chunk_simd(isa, layout, xc, qc, cc, sc) {
                     c0 += chunk;
                     continue;
                 }
@@ -175,20 +175,41 @@ pub(super) fn quantize_q8_lanes(x: &[f32], tokens: usize, cols: usize) -> Q8 {
     Q8 { group: 4, q, corr, scale }
 }
 
-/// One 256-column chunk through the AVX-512 quantizer (its layout is
-/// [`Layout::BlockLanes`]); false if the scalar rule must take it.
+/// One full chunk through the path's SIMD quantizer for `layout` (AVX-512
+/// for 256-column [`Layout::BlockLanes`], AVX2 for 64-column
+/// [`Layout::EvenOdd`]); false if the scalar rule must take it.
 #[cfg(target_arch = "x86_64")]
-fn q8_chunk_simd(isa: Isa, x: &[f32], q: &mut [i8], corr: &mut [i32], scale: &mut [f32]) -> bool {
-    let (Ok(x), Ok(q), Ok(corr), Ok(scale)) =
-        (x.try_into(), q.try_into(), corr.try_into(), scale.try_into())
-    else {
-        return false;
-    };
-    super::dispatch::q8_chunk256(isa, x, q, corr, scale)
+fn q8_chunk_simd(
+    isa: Isa,
+    layout: Layout,
+    x: &[f32],
+    q: &mut [i8],
+    corr: &mut [i32],
+    scale: &mut [f32],
+) -> bool {
+    use super::dispatch::{q8_chunk256, q8_chunk64};
+    match layout {
+        Layout::BlockLanes => {
+            let (Ok(x), Ok(q), Ok(c), Ok(s)) =
+                (x.try_into(), q.try_into(), corr.try_into(), scale.try_into())
+            else {
+                return false;
+            };
+            q8_chunk256(isa, x, q, c, s)
+        }
+        Layout::EvenOdd => {
+            let (Ok(x), Ok(q), Ok(c), Ok(s)) =
+                (x.try_into(), q.try_into(), corr.try_into(), scale.try_into())
+            else {
+                return false;
+            };
+            q8_chunk64(isa, x, q, c, s)
+        }
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn q8_chunk_simd(_: Isa, _: &[f32], _: &mut [i8], _: &mut [i32], _: &mut [f32]) -> bool {
+fn q8_chunk_simd(_: Isa, _: Layout, _: &[f32], _: &mut [i8], _: &mut [i32], _: &mut [f32]) -> bool {
     false
 }
 
@@ -232,22 +253,26 @@ mod tests {
 
     #[test]
     fn simd_quantization_is_bit_identical_to_scalar() {
-        let vnni = crate::simd::Path::Avx512Vnni;
-        if !vnni.supported() {
-            eprintln!("no AVX-512 VNNI on this CPU: the SIMD quantizer is never used here");
-            return;
-        }
-        for (cols, tokens) in [(128, 1), (256, 3), (400, 2), (2048, 2), (16, 1)] {
-            for seed in 0..12 {
-                let x = activations(cols * tokens, seed, seed % 3 == 0);
-                let (a, b) = (
-                    quantize_q8(&x, tokens, cols, Layout::BlockLanes, Some(Isa::new(vnni))),
-                    quantize_q8(&x, tokens, cols, Layout::BlockLanes, None),
-                );
-                assert_eq!(a.q, b.q, "q, cols {cols} tokens {tokens} seed {seed}");
-                assert_eq!(a.corr, b.corr, "corr, cols {cols} tokens {tokens} seed {seed}");
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&a.scale), bits(&b.scale), "scale, cols {cols} seed {seed}");
+        use crate::simd::Path;
+        let cases = [(Path::Avx512Vnni, Layout::BlockLanes), (Path::Avx2, Layout::EvenOdd)];
+        for (path, layout) in cases {
+            if !path.supported() {
+                eprintln!("no {} on this CPU: its SIMD quantizer is never used here", path.name());
+                continue;
+            }
+            for (cols, tokens) in [(128, 1), (256, 3), (400, 2), (2048, 2), (16, 1), (80, 2)] {
+                for seed in 0..12 {
+                    let x = activations(cols * tokens, seed, seed % 3 == 0);
+                    let (a, b) = (
+                        quantize_q8(&x, tokens, cols, layout, Some(Isa::new(path))),
+                        quantize_q8(&x, tokens, cols, layout, None),
+                    );
+                    let at = format!("{} cols {cols} tokens {tokens} seed {seed}", path.name());
+                    assert_eq!(a.q, b.q, "q, {at}");
+                    assert_eq!(a.corr, b.corr, "corr, {at}");
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a.scale), bits(&b.scale), "scale, {at}");
+                }
             }
         }
     }
