@@ -164,6 +164,8 @@ fn print(r: &BenchReport, as_json: bool, threads: usize) -> Result<()> {
             "aggregate_decode_tok_per_s": r.aggregate_decode_tok_per_s,
             "step_ms": r.step_ms,
             "weight_bytes_per_step": r.weight_bytes_per_step,
+            "depth": r.depth,
+            "kv_bytes_per_step": r.kv_bytes_per_step,
             "achieved_gbps": r.achieved_gbps,
             "bandwidth_fraction": r.bandwidth_fraction,
             "tokens_per_step": r.tokens_per_step,
