@@ -13,7 +13,7 @@ use crate::state::KvPrecision;
 pub struct EngineOptions {
     /// The SIMD kernel path; `None` = the fastest this CPU supports.
     pub kernels: Option<simd::Path>,
-    /// The KV cache element type of new states.
+    /// The KV cache element type of new states (default f16).
     pub kv: KvPrecision,
     /// DeltaNet's chunked form for forwards of at least this many tokens;
     /// `None` = never (the default, see `Model::deltanet_chunked_min`).
@@ -44,7 +44,7 @@ impl EngineOptions {
         if let Some(p) = self.kernels {
             let _ = write!(out, " kernels={}", p.name());
         }
-        if self.kv != KvPrecision::F32 {
+        if self.kv != KvPrecision::default() {
             let _ = write!(out, " kv={}", self.kv.name());
         }
         if let Some(n) = self.deltanet_chunked_min {
@@ -63,10 +63,10 @@ mod tests {
         assert_eq!(EngineOptions::default().cmdline_words(), "");
         let o = EngineOptions {
             kernels: Some(simd::Path::Generic),
-            kv: KvPrecision::F16,
+            kv: KvPrecision::F32,
             deltanet_chunked_min: Some(64),
         };
-        assert_eq!(o.cmdline_words(), " kernels=generic kv=f16 deltanet_chunked_min=64");
+        assert_eq!(o.cmdline_words(), " kernels=generic kv=f32 deltanet_chunked_min=64");
     }
 
     #[test]

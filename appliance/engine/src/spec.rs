@@ -208,7 +208,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
             model,
             opts: SpecOptions { max_drafts: opts.max_drafts.clamp(1, MAX_DRAFTS), ..opts },
             sampler,
-            mtp: MtpState::new(),
+            mtp: MtpState::with_kv(model.options().kv),
             ckpt: Checkpoints::new(),
             g: Vec::new(),
             pending: 0,

@@ -87,7 +87,9 @@ fn options_from_env() -> kore_engine::EngineOptions {
     });
     let deltanet_chunked_min =
         std::env::var("KORE_DELTANET_CHUNKED_MIN").ok().map(|v| v.parse().unwrap());
-    kore_engine::EngineOptions { kernels, deltanet_chunked_min, ..Default::default() }
+    // f32 KV: the tolerance of these tests holds only with it (f16 is the default).
+    let kv = kore_engine::state::KvPrecision::F32;
+    kore_engine::EngineOptions { kernels, deltanet_chunked_min, kv }
 }
 
 fn load(dir: &Path) -> HfModelDir {

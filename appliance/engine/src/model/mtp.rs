@@ -78,9 +78,15 @@ impl Default for MtpState {
 }
 
 impl MtpState {
-    /// An empty cache.
+    /// An empty cache in the default KV precision.
     pub fn new() -> Self {
-        MtpState { pos: 0, layer: LayerState::Full { k: Kv::default(), v: Kv::default() } }
+        Self::with_kv(crate::state::KvPrecision::default())
+    }
+
+    /// An empty cache whose keys and values are `kv` elements (a model's:
+    /// `Model::options().kv`).
+    pub fn with_kv(kv: crate::state::KvPrecision) -> Self {
+        MtpState { pos: 0, layer: LayerState::Full { k: Kv::new(kv), v: Kv::new(kv) } }
     }
 
     /// Positions cached (the next MTP call runs at this position).
