@@ -41,6 +41,15 @@
 #    llama.cpp most: its OpenMP threads spin at a barrier after every op, and one
 #    descheduled thread stalls the other (2b decode fell from 20 to 0.7-2.2 tok/s here).
 #
+# Depth mode (long context, issue #36): with KORE_BENCH_DEPTHS="0 8192 32768" each round runs,
+# per depth D and engine, Kore `KORE_BENCH_DEPTH=D` (prompt 512 after D synthetic positions of
+# context, then 128 decode steps: decode at depth D + 512) against `llama-bench -p 512 -n 128
+# -d D` (pp512 @ dD and tg128 @ dD, llama.cpp prefilling the D tokens of depth first, untimed),
+# and with KORE_BENCH_LONG_PROMPT=N also a prefill of an N-token prompt from an empty context
+# (`-p N -n 0`). It prints a table per depth: tok/s, ratios ours / each GGUF with their
+# medians, and the bytes each side reads per decode step at that depth (weights + KV cache:
+# Kore's at D + 512 positions in its KV precision, KORE_KV or f16; llama.cpp's f16 cache at D).
+#
 # Environment: KORE_BENCH_WORK (work dir, default /work/packs/llamacpp), LLAMA_CPP_DIR,
 # LLAMA_BUILD_DIR (default $LLAMA/build), LLAMA_CMAKE_FLAGS (default -DGGML_NATIVE=ON),
 # LLAMA_CPP_PYTHON_VERSION (default 0.3.36), KORE_LAUNCH (a kore-launch binary; default:
@@ -148,6 +157,11 @@ for e in "${ENGINES[@]:1}"; do
     echo "$e $(python3 "$HERE/bench_llamacpp_types.py" "${GGUFS[$e]}" --bytes-per-token)" >>"$OUT/bytes.txt"
 done
 load() { cut -d' ' -f1-3 /proc/loadavg; }
+if [ -n "${KORE_BENCH_DEPTHS:-}" ]; then
+    # shellcheck source=scripts/bench_llamacpp_depth.sh
+    . "$HERE/bench_llamacpp_depth.sh"
+    exit 0
+fi
 run() { # ENGINE ROUND
     echo "$1 $2 before $(load)" >>"$OUT/load.txt"
     if [ "$1" = kore ]; then

@@ -39,10 +39,7 @@ fn main() {
     let pool = ThreadPool::new(threads);
     model.set_pool(&pool);
     let cfg = model.config.clone();
-    println!(
-        "pack {dir}, {threads} threads, {steps} steps, kernels {}",
-        kore_engine::simd::active().name()
-    );
+    println!("pack {dir}, {threads} threads, {steps} steps, kernels {}", model.kernels().name());
     println!("| KV | depth | ms/step | KV MB read/step | extra ms per KV GB |");
     println!("| --- | --- | --- | --- | --- |");
     let mut first: [Option<(f64, f64)>; 2] = [None, None];

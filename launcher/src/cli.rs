@@ -222,6 +222,10 @@ pub struct BenchArgs {
     /// Tokens decoded for the decode measurement (default 128; llama-bench's -n).
     #[arg(short = 'n', long = "decode-tokens")]
     pub decode_tokens: Option<u32>,
+    /// Positions of context before the prompt: prefill and decode measured at
+    /// this depth (default 0; llama-bench's -d).
+    #[arg(short = 'd', long = "depth")]
+    pub depth: Option<u32>,
     #[command(flatten)]
     pub json: JsonFlag,
 }

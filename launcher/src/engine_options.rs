@@ -1,8 +1,8 @@
 //! The engine options the launcher takes from its environment —
 //! `KORE_KERNELS` (generic|avx2|avx512|avx512vnni|amx; amx natively only),
 //! `KORE_KV` (f32|f16),
-//! `KORE_DELTANET_CHUNKED_MIN` (a token count) — applied once to the native
-//! engine in this process and passed on the guest's command line, so that
+//! `KORE_DELTANET_CHUNKED_MIN` (a token count) — given to every native model
+//! of this process and passed on the guest's command line, so that
 //! `--native` and the appliance run the same way.
 
 use std::sync::OnceLock;
@@ -15,11 +15,12 @@ use crate::error::LaunchError;
 
 static OPTIONS: OnceLock<EngineOptions> = OnceLock::new();
 
-/// Reads the environment, applies the options to this process's engine and
-/// keeps them for [`current`]. A bad or unsupported value is a usage error.
+/// Reads the environment, checks the options and keeps them for [`current`]
+/// (every native model takes them: `model::ModelFiles::model`). A bad or
+/// unsupported value is a usage error.
 pub fn init() -> Result<(), LaunchError> {
     let opts = parse(crate::env::get).map_err(LaunchError::Usage)?;
-    opts.apply().map_err(|e| LaunchError::Usage(format!("KORE_KERNELS: {e}")))?;
+    opts.check().map_err(|e| LaunchError::Usage(format!("KORE_KERNELS: {e}")))?;
     let _ = OPTIONS.set(opts);
     Ok(())
 }

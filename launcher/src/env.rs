@@ -70,6 +70,7 @@ pub const VARS: &[Var] = &[
     user("KORE_BENCH_DECODE_TOKENS"),
     user("KORE_BENCH_ROUNDS"),
     user("KORE_BENCH_DRAFT_VOCAB"),
+    user("KORE_BENCH_DEPTH"),
     test("KORE_GUEST_CMDLINE_APPEND"),
     test("KORE_LAUNCH_FAKE"),
     test("KORE_LAUNCH_FAKE_DELAY_MS"),

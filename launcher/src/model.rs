@@ -200,12 +200,16 @@ impl ModelFiles {
         }
     }
 
-    /// The model, its weights checked against the config and borrowed from the files.
+    /// The model, its weights checked against the config and borrowed from the
+    /// files, with this process's engine options (`engine_options`).
     pub fn model(&self) -> Result<Model<'_>> {
-        match &self.weights {
-            Weights::Hf(hf) => hf.model().map_err(|e| LaunchError::Model(e.to_string())),
-            Weights::Pack(pack) => pack.model().map_err(|e| LaunchError::Model(e.to_string())),
-        }
+        let mut model = match &self.weights {
+            Weights::Hf(hf) => hf.model().map_err(|e| LaunchError::Model(e.to_string()))?,
+            Weights::Pack(pack) => pack.model().map_err(|e| LaunchError::Model(e.to_string()))?,
+        };
+        let opts = crate::engine_options::current();
+        model.set_options(&opts).map_err(|e| LaunchError::Usage(format!("KORE_KERNELS: {e}")))?;
+        Ok(model)
     }
 }
 

@@ -25,7 +25,7 @@ fn main() {
     let n: usize = args.get(2).map_or(8192, |s| s.parse().expect("TOKENS: a number"));
     let cfg = kore_pack::synth::preset(preset).expect("a preset").to_model(n as u64 + 1);
     let shape = Shape::of(&cfg);
-    let kv = KvPrecision::initial();
+    let kv = KvPrecision::default();
     println!(
         "{preset}: {} B per cached position (KV {} + token id 4), {} B per checkpoint (fixed part)",
         shape.cache_bytes(1, 0, kv),

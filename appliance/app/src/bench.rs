@@ -127,6 +127,7 @@ pub fn run(
         concurrency: req.concurrency.map_or(1, |n| n.max(1) as usize),
         rounds: req.rounds.map_or(defaults.rounds, |n| n.max(1) as usize),
         draft_vocab: req.draft_vocab.map_or(defaults.draft_vocab, |n| n as usize),
+        depth: req.depth.map_or(0, |n| n as usize),
         ..defaults
     };
     if opts.mtp > 0 && opts.concurrency > 1 {
@@ -150,10 +151,11 @@ pub fn run(
         )));
     }
     let context = model.config.max_position_embeddings;
-    if opts.prompt_tokens + opts.decode_tokens + 1 > context {
+    if opts.depth + opts.prompt_tokens + opts.decode_tokens + 1 > context {
         return Err(EngineError::BadParams(format!(
-            "prompt_tokens {} + decode_tokens {} do not fit the context of {context} tokens",
-            opts.prompt_tokens, opts.decode_tokens
+            "depth {} + prompt_tokens {} + decode_tokens {} do not fit the context of {context} \
+             tokens",
+            opts.depth, opts.prompt_tokens, opts.decode_tokens
         )));
     }
     let now = || clock();
@@ -178,6 +180,8 @@ pub fn run(
         tokens_per_step: r.tokens_per_step,
         threads: u32::try_from(r.threads).unwrap_or(u32::MAX),
         kernels: String::from(r.kernels),
+        depth: u32::try_from(r.depth).unwrap_or(u32::MAX),
+        kv_bytes_per_step: r.kv_bytes_per_step,
         prefill_share: r.prefill_share.iter().map(|&(k, v)| (String::from(k), v)).collect(),
         decode_share: r.decode_share.iter().map(|&(k, v)| (String::from(k), v)).collect(),
         mtp: r.mtp.map(|m| MtpBench {

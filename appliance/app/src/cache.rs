@@ -23,7 +23,7 @@ use core::ops::Range;
 
 use kore_engine::snapshot::file::{self, Decoded, Identity};
 use kore_engine::snapshot::{self, Fixed, KvSpan, Shape, SnapshotError};
-use kore_engine::state::{KvPrecision, LayerState};
+use kore_engine::state::KvPrecision;
 use kore_engine::State;
 
 /// Where a request's cached tokens came from.
@@ -183,18 +183,6 @@ fn root() -> Node {
     Node { parent: ROOT, depth: 0, tokens: Vec::new(), kv, children: BTreeMap::new(), ckpt: None }
 }
 
-/// The KV precision of `state`'s attention caches (f32 without any).
-fn precision(state: &State) -> KvPrecision {
-    state
-        .layers()
-        .iter()
-        .find_map(|l| match l {
-            LayerState::Full { k, .. } => Some(k.precision()),
-            LayerState::Linear { .. } => None,
-        })
-        .unwrap_or(KvPrecision::F32)
-}
-
 impl PrefixCache {
     /// An empty cache for states of `shape`, at most `budget` bytes.
     pub(crate) fn new(shape: Shape, budget: usize) -> Self {
@@ -300,7 +288,7 @@ impl PrefixCache {
         if !self.enabled() || tokens.is_empty() || state.position() != tokens.len() {
             return None;
         }
-        self.match_precision(precision(state));
+        self.match_precision(state.kv_precision());
         let node = self.extend(tokens, &mut |r| KvSpan::capture(state, r));
         let made = self.mark(node, Tier::Memory, || Fixed::capture(state));
         let out = made.then(|| identity.map(|id| self.checkpoint(node, tokens, id))).flatten();
@@ -337,7 +325,7 @@ impl PrefixCache {
 
     fn checkpoint(&self, node: usize, tokens: &[u32], id: &Identity) -> Checkpoint {
         let fixed = Arc::clone(&self.node(node).ckpt.as_ref().expect("checkpoint").fixed);
-        let identity = Identity { kv: self.kv.unwrap_or(KvPrecision::F32), ..*id };
+        let identity = Identity { kv: self.kv.unwrap_or_default(), ..*id };
         Checkpoint { tokens: tokens.to_vec(), spans: self.path(node), fixed, identity }
     }
 

@@ -6,18 +6,16 @@
 //! (generic, AVX2) and on this CPU's default path.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kore_appliance::{stop_ids, ModelEngine, TokenizerCodec};
 use kore_engine::hf::HfModelDir;
-use kore_engine::simd::{self, Path};
+use kore_engine::simd::Path;
 use kore_engine::Model;
 use kore_service::host::StdClock;
 use kore_service::{Config, Service};
 use kore_tokenizer::Tokenizer;
 use serde_json::{json, Value};
-
-static KERNELS: Mutex<()> = Mutex::new(());
 
 fn tiny_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../model-packs/tiny-hf")
@@ -102,15 +100,13 @@ fn run_with(
 /// refused, and each still gets its own tokens.
 #[test]
 fn a_kv_budget_queues_requests_beyond_it() {
-    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
     let hf = HfModelDir::open(&tiny_dir()).unwrap();
-    let model = hf.model().unwrap();
-    simd::force(Some(Path::Generic)).unwrap();
+    let mut model = hf.model().unwrap();
+    model.set_kernels(Path::Generic).unwrap();
     let alone = run(&model, 1, 7);
     // Each request reserves its prompt plus 20-33 tokens: 140 positions fit a few, not all 9.
     let (limited, peak) = run_with(&model, 9, 7, Some(140));
     let (_, free_peak) = run_with(&model, 9, 7, None);
-    simd::force(None).unwrap();
     assert_eq!(alone, limited);
     assert!(peak >= 2, "{peak} ran together under a budget of 140 positions");
     assert!(free_peak > peak, "{free_peak} without the budget, {peak} with it");
@@ -118,19 +114,17 @@ fn a_kv_budget_queues_requests_beyond_it() {
 
 #[test]
 fn batched_requests_get_the_tokens_they_get_alone() {
-    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
     let hf = HfModelDir::open(&tiny_dir()).unwrap();
     let mut model = hf.model().unwrap();
     let pool = kore_engine::pool::ThreadPool::new(2);
     model.set_pool(&pool);
-    let paths = [Some(Path::Generic), Some(Path::Avx2), None];
-    for path in paths.into_iter().filter(|p| p.is_none_or(|p| p.supported())) {
-        simd::force(path).unwrap();
+    let paths = [Path::Generic, Path::Avx2, kore_engine::simd::best()];
+    for path in paths.into_iter().filter(|p| p.supported()) {
+        model.set_kernels(path).unwrap();
         let alone = run(&model, 1, 7);
         for (max, chunk) in [(4, 7), (9, 3)] {
             let together = run(&model, max, chunk);
             assert_eq!(alone, together, "kernels {path:?}, {max} together, chunks of {chunk}");
         }
     }
-    simd::force(None).unwrap();
 }

@@ -10,19 +10,16 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kore_appliance::{stop_ids, CacheStats, ModelEngine, TokenizerCodec};
 use kore_engine::hf::HfModelDir;
-use kore_engine::simd::{self, Path};
+use kore_engine::simd::Path;
 use kore_engine::Model;
 use kore_service::host::StdClock;
 use kore_service::{Config, Service};
 use kore_tokenizer::Tokenizer;
 use serde_json::{json, Value};
-
-/// The kernel path is process-wide: the tests take turns.
-static KERNELS: Mutex<()> = Mutex::new(());
 
 type Svc<'m> = Service<ModelEngine<'m>, TokenizerCodec, StdClock>;
 
@@ -133,7 +130,6 @@ fn check(model: &Model<'_>, reqs: &[Value], label: &str) -> CacheStats {
 
 #[test]
 fn sixty_four_prompts_sharing_prefixes_get_the_uncached_tokens() {
-    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
     let hf = HfModelDir::open(&tiny_dir()).unwrap();
     let model = hf.model().unwrap();
     let stats = check(&model, &requests(&prompts()), "tiny-hf");
@@ -142,7 +138,6 @@ fn sixty_four_prompts_sharing_prefixes_get_the_uncached_tokens() {
 
 #[test]
 fn the_default_pack_gets_the_uncached_tokens() {
-    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
     let pack = kore_pack::Pack::open(tiny_dir().join("../tiny")).unwrap();
     let model = pack.model().unwrap();
     let reqs: Vec<Value> = requests(&prompts()).into_iter().take(32).collect();
@@ -151,13 +146,11 @@ fn the_default_pack_gets_the_uncached_tokens() {
 
 #[test]
 fn every_kernel_path_gets_the_uncached_tokens() {
-    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
     let hf = HfModelDir::open(&tiny_dir()).unwrap();
-    let model = hf.model().unwrap();
     let reqs: Vec<Value> = requests(&prompts()).into_iter().take(16).collect();
     for p in Path::ALL.into_iter().filter(|p| p.supported() && *p != Path::Amx) {
-        simd::force(Some(p)).unwrap();
+        let mut model = hf.model().unwrap();
+        model.set_kernels(p).unwrap();
         check(&model, &reqs, p.name());
     }
-    simd::force(None).unwrap();
 }

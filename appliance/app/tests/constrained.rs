@@ -55,6 +55,7 @@ fn random_pack(tag: &str) -> Pack {
         mtp_num_hidden_layers: 1,
         max_position_embeddings: 4096,
         eos_token_ids: vec![4072],
+        moe: None,
     };
     kore_pack::synth::synth_config("constrained", config, &dir, 11, &NoProgress).unwrap()
 }

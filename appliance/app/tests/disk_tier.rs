@@ -36,7 +36,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn identity(model: &Model<'_>, pack: u8) -> Identity {
-    Identity { pack: [pack; 32], shape: Shape::of(&model.config), kv: KvPrecision::initial() }
+    Identity { pack: [pack; 32], shape: Shape::of(&model.config), kv: model.options().kv }
 }
 
 /// A service whose engine keeps checkpoints on disk under `root`; also
@@ -104,7 +104,7 @@ fn populate(model: &Model<'_>, root: &Path, pack: u8) -> PathBuf {
     let (stats, flusher) = handles.unwrap();
     flusher.flush();
     assert!(stats.get().written >= 2, "{:?}", stats.get());
-    root.join(format!("{:02x}", pack).repeat(32)).join(KvPrecision::initial().name())
+    root.join(format!("{:02x}", pack).repeat(32)).join(KvPrecision::default().name())
 }
 
 #[test]
@@ -198,12 +198,12 @@ fn the_directory_stays_within_its_budget() {
     assert_eq!(
         (mine.files as u64, mine.bytes),
         (
-            files(&root.join("04".repeat(32)).join(KvPrecision::initial().name())).len() as u64,
+            files(&root.join("04".repeat(32)).join(KvPrecision::default().name())).len() as u64,
             s.bytes
         )
     );
     assert!(mine.newest.is_some());
-    let on_disk: u64 = files(&root.join("04".repeat(32)).join(KvPrecision::initial().name()))
+    let on_disk: u64 = files(&root.join("04".repeat(32)).join(KvPrecision::default().name()))
         .iter()
         .map(|f| std::fs::metadata(f).unwrap().len())
         .sum();

@@ -7,8 +7,12 @@
 //! 1. read bandwidth: every worker sums its share of `buf` (>> caches), with the
 //!    weight kernels' software prefetch; best pass
 //! 2. prefill: one forward over a `prompt_tokens` prompt (logits of the last),
-//!    with each part's share of its time (`crate::profile`)
+//!    with each part's share of its time (`crate::profile`); with `depth = D >
+//!    0` after D positions of context (synthetic keys and values in every
+//!    attention layer, `State::push_synthetic_context`: what llama-bench's
+//!    `-d D` measures, without prefilling D tokens first)
 //! 3. decode:  `decode_tokens` greedy single-token steps from the prefilled state
+//!    (so at depth D + prompt_tokens)
 //!    (with `concurrency = C > 1`: C copies of it decode together, one
 //!    `Model::forward_batch` a step, each copy starting from its own first
 //!    token so that an MoE model routes them apart; tok/s per sequence and all
@@ -33,7 +37,6 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use crate::model::{Logits, Model, SeqInput};
 use crate::pool::{split, Parallel};
 use crate::sampling::{argmax, Sampler, SamplingParams};
-use crate::simd::{self, Path};
 use crate::spec::{SpecOptions, SpecStats, Speculator, MAX_DRAFTS};
 use crate::state::State;
 
@@ -56,6 +59,8 @@ pub struct BenchOptions {
     /// Sequences decoding together (plain decoding only): each step is one
     /// [`Model::forward_batch`] over all of them.
     pub concurrency: usize,
+    /// Positions of context before the prompt (0: an empty context).
+    pub depth: usize,
 }
 
 impl Default for BenchOptions {
@@ -68,6 +73,7 @@ impl Default for BenchOptions {
             rounds: 2,
             draft_vocab: 0,
             concurrency: 1,
+            depth: 0,
         }
     }
 }
@@ -89,6 +95,12 @@ pub struct BenchReport {
     pub step_ms: f64,
     /// Weight bytes one decode step streams.
     pub weight_bytes_per_step: u64,
+    /// Positions of context before the prompt ([`BenchOptions::depth`]).
+    pub depth: usize,
+    /// KV cache bytes one decode step reads at its start (every attention
+    /// layer's keys and values: depth + prompt positions, in the model's KV
+    /// precision); not in `weight_bytes_per_step` or `achieved_gbps`.
+    pub kv_bytes_per_step: u64,
     /// `weight_bytes_per_step / step time` (GB/s).
     pub achieved_gbps: f64,
     /// `achieved_gbps / measured_read_gbps`.
@@ -240,29 +252,19 @@ pub fn read_bandwidth(
     }
     let buf: &[u64] = buf;
     let sink = AtomicU64::new(0);
-    let path = simd::active();
+    let path = crate::simd::best();
     let mut best = 0.0f64;
     for _ in 0..passes.max(1) {
         let t0 = clock();
         pool.run(&|w, workers| {
             let part = &buf[split(n, w, workers, 8)];
-            sink.fetch_add(read_sum(path, part), Ordering::Relaxed);
+            sink.fetch_add(crate::kernels::read_sum(path, part), Ordering::Relaxed);
         });
         let dt = clock().saturating_sub(t0).max(1);
         best = best.max((n * 8) as f64 / dt as f64);
     }
     core::hint::black_box(sink.load(Ordering::Relaxed));
     best
-}
-
-fn read_sum(path: Path, part: &[u64]) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    if path.avx512() {
-        // SAFETY: `simd::active` only returns supported paths.
-        return unsafe { simd::avx512::read_sum(part) };
-    }
-    let _ = path;
-    crate::kernels::generic::read_sum(part)
 }
 
 /// The deterministic benchmark prompt: spread-out ids below the vocabulary.
@@ -292,6 +294,8 @@ pub enum BenchError {
     Mtp(crate::MtpError),
     /// `mtp > 0` with `concurrency > 1`: drafting decodes one sequence at a time.
     MtpConcurrency,
+    /// `mtp > 0` with `depth > 0`: the speculative rounds prefill from an empty context.
+    MtpDepth,
 }
 
 impl core::fmt::Display for BenchError {
@@ -303,6 +307,9 @@ impl core::fmt::Display for BenchError {
                 f,
                 "MTP drafting decodes one sequence at a time: use concurrency 1 with mtp > 0"
             ),
+            BenchError::MtpDepth => {
+                write!(f, "MTP rounds are measured from an empty context: use depth 0 with mtp > 0")
+            }
         }
     }
 }
@@ -344,9 +351,21 @@ pub fn run_with_prompt(
     if opts.mtp > 0 && opts.concurrency > 1 {
         return Err(BenchError::MtpConcurrency);
     }
+    if opts.mtp > 0 && opts.depth > 0 {
+        return Err(BenchError::MtpDepth);
+    }
     let seqs = opts.concurrency.max(1);
-    progress(format!("prefill: {} tokens", p.len()));
+    let needed = opts.depth + p.len() + steps_needed(opts);
+    if needed > model.config.max_position_embeddings {
+        let max = model.config.max_position_embeddings;
+        return Err(crate::ForwardError::ContextFull { needed, max }.into());
+    }
     let mut prefilled = model.new_state();
+    if opts.depth > 0 {
+        progress(format!("context: {} synthetic positions", opts.depth));
+        prefilled.push_synthetic_context(&model.config, opts.depth, DEPTH_SEED);
+    }
+    progress(format!("prefill: {} tokens", p.len()));
     let t0 = clock();
     crate::profile::start();
     let logits = model.forward(&mut prefilled, &p, Logits::Last);
@@ -386,6 +405,7 @@ pub fn run_with_prompt(
     };
     let step_s = decode.seconds / decode.steps as f64;
     let achieved_gbps = decode.bytes as f64 / step_s / 1e9;
+    let kv_bytes_per_step = prefilled.kv_bytes() as u64;
     Ok(BenchReport {
         measured_read_gbps: read_gbps,
         prefill_tok_per_s,
@@ -394,15 +414,26 @@ pub fn run_with_prompt(
         aggregate_decode_tok_per_s: decode.tok_per_s() * seqs as f64,
         step_ms: step_s * 1e3,
         weight_bytes_per_step: decode.bytes,
+        depth: opts.depth,
+        kv_bytes_per_step,
         achieved_gbps,
         bandwidth_fraction: achieved_gbps / read_gbps,
         tokens_per_step: decode.tokens as f64 / decode.steps as f64,
         threads: model.pool().workers(),
-        kernels: simd::active().name(),
+        kernels: model.kernels().name(),
         prefill_share,
         decode_share,
         mtp,
     })
+}
+
+/// Seed of the synthetic context of [`BenchOptions::depth`].
+const DEPTH_SEED: u64 = 0x5EED_DE97;
+
+/// Positions the decode part may add after the prompt (decode steps, and
+/// with MTP the drafts a verify step runs ahead).
+fn steps_needed(opts: &BenchOptions) -> usize {
+    opts.decode_tokens.max(1) + 1 + opts.mtp
 }
 
 /// Timed decoding: `tokens` produced in `steps` trunk steps reading

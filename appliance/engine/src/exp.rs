@@ -1,8 +1,10 @@
 //! `e^x` as every kernel path computes it: a branch-free polynomial evaluated
 //! in f64 (range reduction by `ln 2`, degree-9 Taylor polynomial, error below
 //! 1e-11 before the final rounding to f32), so it is correctly rounded in all
-//! but about 1 in 10^5 inputs, like `libm::expf`, and vectorises. A leaf
-//! module: `ops` (scalar) and `simd::attn` (lanes) both build on it.
+//! but about 1 in 10^5 inputs, like `libm::expf`, and vectorises; and the
+//! scalar SiLU and floored `expf` that `simd::silu` matches bit for bit. A
+//! leaf module: `ops` (scalar), the generic kernels and the SIMD kernels
+//! (lanes) all build on it.
 
 /// `log2(e)`.
 pub(crate) const EXP_LOG2E: f64 = core::f64::consts::LOG2_E;
@@ -46,4 +48,19 @@ pub fn exp(x: f32) -> f32 {
     // 2^n is a normal f64 for n in [-159, 129]; the f32 rounding happens once.
     let scale = f64::from_bits(((n as i64 + 1023) as u64) << 52);
     (p * scale) as f32
+}
+
+/// SiLU: `x * sigmoid(x)`, as `x / (1 + libm::expf(-x))`.
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + libm::expf(-x))
+}
+
+/// `libm::expf(x)`, or 0 for `x < -80` (where `expf` is below 2e-35): the
+/// weights of a softmax, `x` being a logit minus the largest.
+pub fn expf_floored(x: f32) -> f32 {
+    if x < -80.0 {
+        0.0
+    } else {
+        libm::expf(x)
+    }
 }

@@ -1,15 +1,16 @@
-//! The matrix products every projection goes through.
+//! The kernel layer's API: the matrix products every projection goes
+//! through, the DeltaNet and attention kernels, and the element-wise SiLU
+//! and exp, each on an explicit kernel path ([`Path`]: the model's choice,
+//! see `Model::set_kernels`). Under it, [`dispatch`] maps a path to the
+//! per-ISA kernels of `simd` or their portable twins ([`generic`]).
 //!
-//! `matmul_on(pool, w, x, tokens, y)` (or `matmuls_on` for several
-//! products in one pool run) cuts the weight rows into chunks the pool's
-//! workers take from contiguous per-worker regions (`pool::Regions`, idle
-//! workers steal from the others' tails); a worker streams its chunk once per
-//! tile of up to [`TILE`] tokens (prefill and speculative verification read
-//! each weight from memory once, the chunk staying in cache across tiles).
-//! The row kernels come in a portable twin ([`generic`]) and SIMD versions
-//! (`simd::{avx2, avx512, avx512vnni}`, with int8 row x token tiles on the
-//! VNNI path) chosen at run time ([`crate::simd::active`]) or forced by the
-//! engine's caller ([`crate::EngineOptions`]).
+//! `matmul_with(path, pool, w, x, tokens, y)` (or [`matmuls_with`] for
+//! several products in one pool run) cuts the weight rows into chunks the
+//! pool's workers take from contiguous per-worker regions (`pool::Regions`,
+//! idle workers steal from the others' tails); a worker streams its chunk
+//! once per tile of up to [`TILE`] tokens (prefill and speculative
+//! verification read each weight from memory once, the chunk staying in
+//! cache across tiles).
 //!
 //! ```text
 //! x [T, cols] --prepare (permute / quantize to int8 for SIMD)--> xp
@@ -17,15 +18,21 @@
 //!           rows of c x tiles of <= TILE tokens -> y [T, rows]
 //! ```
 
+mod act;
+pub mod attn;
 mod delta;
+pub(crate) mod dispatch;
 pub mod generic;
 mod q8act;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
-pub use delta::{delta_step, delta_step_with, gemm_acc, gemm_acc_with, DeltaToken, Mat, MatMut};
+pub use crate::simd::types::{DeltaToken, KvElem, Mat, MatMut, TILE, TILE_ROWS};
+pub use act::{exp_in_place, silu_in_place};
+pub use delta::{delta_step_with, gemm_acc_with};
 pub use q8act::round_q8;
 
+use dispatch::Isa;
 use q8act::{quantize_q8, quantize_q8_lanes, Layout, Q8};
 
 use alloc::borrow::Cow;
@@ -33,18 +40,11 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use crate::pool::{Parallel, Regions, Serial, SharedMut};
+use crate::pool::{Parallel, Regions, SharedMut};
+use crate::simd::types::Q8In;
 use crate::simd::Path;
 use crate::tensor::DType;
 use crate::weights::Linear;
-
-/// Most tokens per weight pass (a row kernel keeps one accumulator per token
-/// in registers; 16 spilled them and measured 1.2-1.8x slower per token).
-pub const TILE: usize = 8;
-
-/// Most weight rows per tile of the int8 GEMM kernels (`kernels::vnni`):
-/// the row dimension of their output block.
-pub const TILE_ROWS: usize = 4;
 
 /// Bytes of a tile's activations that should stay in L1 while a chunk's rows
 /// pass them: a tile of f32 activations over 2048 columns is 4 tokens.
@@ -64,21 +64,34 @@ const PARALLEL_MIN: usize = 1 << 15;
 /// costs nothing; a chunk stays in L2 while every token tile passes it.
 const CHUNK_BYTES: usize = 96 << 10;
 
-/// `y[t] = W x[t]` for `tokens` rows of `x` (`[tokens, cols]` -> `[tokens, rows]`),
-/// on the calling thread with the active kernel path.
-pub fn matmul(w: &Linear<'_>, x: &[f32], tokens: usize, y: &mut [f32]) {
-    matmul_with(crate::simd::active(), &Serial, w, x, tokens, y);
+/// Where and how products run: a pool's workers and a kernel path (a
+/// model's, `Model::exec`).
+#[derive(Clone, Copy)]
+pub struct Exec<'p> {
+    /// The workers rows are split across.
+    pub pool: &'p dyn Parallel,
+    /// The kernel path.
+    pub path: Path,
 }
 
-/// [`matmul`] with rows split across `pool`.
-pub fn matmul_on(pool: &dyn Parallel, w: &Linear<'_>, x: &[f32], tokens: usize, y: &mut [f32]) {
-    let _p = crate::profile::scope(crate::profile::Part::Matmul);
-    matmul_with(crate::simd::active(), pool, w, x, tokens, y);
+impl core::fmt::Debug for Exec<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Exec({} workers, {})", self.pool.workers(), self.path.name())
+    }
 }
 
-/// Single-vector product `y = W x` (`x` is `[cols]`, `y` is `[rows]`).
-pub fn matvec(w: &Linear<'_>, x: &[f32], y: &mut [f32]) {
-    matmul(w, x, 1, y);
+impl Exec<'_> {
+    /// [`matmul_with`] on this pool and path.
+    pub fn matmul(&self, w: &Linear<'_>, x: &[f32], tokens: usize, y: &mut [f32]) {
+        let _p = crate::profile::scope(crate::profile::Part::Matmul);
+        matmul_with(self.path, self.pool, w, x, tokens, y);
+    }
+
+    /// [`matmuls_with`] on this pool and path.
+    pub fn matmuls(&self, tokens: usize, products: &mut [Product<'_, '_>]) {
+        let _p = crate::profile::scope(crate::profile::Part::Matmul);
+        matmuls_with(self.path, self.pool, tokens, products);
+    }
 }
 
 /// One product of a batch: `y = W x` over the batch's token count.
@@ -99,16 +112,8 @@ impl<'p, 'w> Product<'p, 'w> {
     }
 }
 
-/// Several products over the same `tokens` in one pool run (for example
-/// gate and up of an MLP, or every input projection of a layer): one
-/// barrier instead of one per product, and the workers balance across all
-/// of them. Active kernel path.
-pub fn matmuls_on(pool: &dyn Parallel, tokens: usize, products: &mut [Product<'_, '_>]) {
-    let _p = crate::profile::scope(crate::profile::Part::Matmul);
-    matmuls_with(crate::simd::active(), pool, tokens, products);
-}
-
-/// [`matmul_on`] with an explicit kernel path.
+/// `y[t] = W x[t]` for `tokens` rows of `x` (`[tokens, cols]` -> `[tokens,
+/// rows]`) on `path`, rows split across `pool`.
 ///
 /// # Panics
 /// On shape mismatches, or if `path` is not supported by this CPU.
@@ -121,6 +126,15 @@ pub fn matmul_with(
     y: &mut [f32],
 ) {
     matmuls_with(path, pool, tokens, &mut [Product { w, x, y }]);
+}
+
+/// Wrapping sum of `buf` with `path`'s loads and prefetch (the benchmark's
+/// read-bandwidth probe).
+///
+/// # Panics
+/// If `path` is not supported by this CPU.
+pub fn read_sum(path: Path, buf: &[u64]) -> u64 {
+    dispatch::read_sum(Isa::new(path), buf)
 }
 
 /// Activations as a path's kernel for one weight type wants them.
@@ -153,19 +167,12 @@ impl Prepared<'_> {
         let r = t0 * cols..(t0 + n) * cols;
         match self {
             Prepared::F32(x) => Xs::F32(&x[r]),
-            #[cfg(target_arch = "x86_64")]
             Prepared::Q8(q) => {
                 let g = t0 * cols / q.group..(t0 + n) * cols / q.group;
-                Xs::Q8(crate::simd::avx512vnni::Q8In {
-                    q: &q.q[r],
-                    corr: &q.corr[g.clone()],
-                    scale: &q.scale[g],
-                })
+                Xs::Q8(Q8In { q: &q.q[r], corr: &q.corr[g.clone()], scale: &q.scale[g] })
             }
             #[cfg(target_arch = "x86_64")]
             Prepared::Bf16(_) => unreachable!("AMX products take every token at once"),
-            #[cfg(not(target_arch = "x86_64"))]
-            Prepared::Q8(_) => unreachable!("Q8 activations are prepared only on x86_64"),
         }
     }
 }
@@ -174,8 +181,7 @@ impl Prepared<'_> {
 #[derive(Clone, Copy)]
 enum Xs<'a> {
     F32(&'a [f32]),
-    #[cfg(target_arch = "x86_64")]
-    Q8(crate::simd::avx512vnni::Q8In<'a>),
+    Q8(Q8In<'a>),
 }
 
 /// Whether `path` rounds the activations of a `tokens`-token product with
@@ -184,16 +190,13 @@ enum Xs<'a> {
 /// result then equals the generic path's on [`round_bf16`] of the
 /// activations, up to the order of the sums.
 pub fn bf16_activations(path: Path, w: &Linear<'_>, tokens: usize) -> bool {
-    form_for(path, w, tokens) == Form::Bf16Pairs
+    form_for(Isa::new(path), w, tokens) == Form::Bf16Pairs
 }
 
 /// `x` rounded to bf16 (nearest even), as f32: the activations of a product
 /// for which [`bf16_activations`] holds.
 pub fn round_bf16(x: &[f32]) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    return x.iter().map(|&v| crate::simd::amx::round_bf16(v)).collect();
-    #[cfg(not(target_arch = "x86_64"))]
-    x.to_vec()
+    x.iter().map(|&v| f32::from_bits(crate::simd::types::bf16_bits(v) << 16)).collect()
 }
 
 /// Whether `path` quantizes the activations of products with `w` to int8
@@ -220,7 +223,10 @@ struct Job<'j, 'p, 'w> {
     first: usize,
 }
 
-/// [`matmuls_on`] with an explicit kernel path.
+/// Several products over the same `tokens` in one pool run on `path` (for
+/// example gate and up of an MLP, or every input projection of a layer):
+/// one barrier instead of one per product, and the workers balance across
+/// all of them.
 ///
 /// Work is cut into chunks of about [`CHUNK_BYTES`] of weight rows; each
 /// worker takes the chunks of its own contiguous region in order (one long
@@ -237,7 +243,7 @@ pub fn matmuls_with(
     tokens: usize,
     products: &mut [Product<'_, '_>],
 ) {
-    assert!(path.supported(), "kernel path {} is not supported by this CPU", path.name());
+    let isa = Isa::new(path);
     // Each distinct (activations, form) is prepared once: the products of a
     // layer's projections or of an MLP's gate and up share their input.
     let mut preps: Vec<(*const f32, usize, Form, Prepared<'_>)> = Vec::new();
@@ -250,12 +256,12 @@ pub fn matmuls_with(
             prep_of.push(None);
             continue;
         }
-        let form = form_for(path, p.w, tokens);
+        let form = form_for(isa, p.w, tokens);
         let same = |(x, n, f, _): &(*const f32, usize, Form, Prepared<'_>)| {
             (*x, *n, *f) == (p.x.as_ptr(), p.x.len(), form)
         };
         let k = preps.iter().position(same).unwrap_or_else(|| {
-            preps.push((p.x.as_ptr(), p.x.len(), form, prepare(form, p.x, tokens, cols)));
+            preps.push((p.x.as_ptr(), p.x.len(), form, prepare(isa, form, p.x, tokens, cols)));
             preps.len() - 1
         });
         prep_of.push(Some(k));
@@ -278,10 +284,10 @@ pub fn matmuls_with(
     let chunk = |c: usize, scratch: &mut Vec<f32>| {
         let j = &jobs[jobs.partition_point(|j| j.first <= c) - 1];
         let r0 = (c - j.first) * j.chunk_rows;
-        if path == Path::Generic && scratch.len() < j.w.cols() {
+        if isa.path() == Path::Generic && scratch.len() < j.w.cols() {
             scratch.resize(j.w.cols(), 0.0);
         }
-        rows_job(path, j, r0..j.rows.min(r0 + j.chunk_rows), tokens, scratch);
+        rows_job(isa, j, r0..j.rows.min(r0 + j.chunk_rows), tokens, scratch);
     };
     if work < PARALLEL_MIN || pool.workers() == 1 {
         let mut scratch = vec![];
@@ -301,7 +307,7 @@ pub fn matmuls_with(
 /// `scratch` is the worker's: the generic path's row buffer, or the VNNI
 /// tiles' decoded scales (reused from chunk to chunk).
 fn rows_job(
-    path: Path,
+    isa: Isa,
     j: &Job<'_, '_, '_>,
     rows: Range<usize>,
     tokens: usize,
@@ -309,11 +315,15 @@ fn rows_job(
 ) {
     #[cfg(target_arch = "x86_64")]
     if matches!(j.xp, Prepared::Q8(_)) {
-        return vnni::rows_job(path, j, rows, tokens, scratch);
+        return vnni::rows_job(isa, j, rows, tokens, scratch);
     }
     #[cfg(target_arch = "x86_64")]
     if let Prepared::Bf16(b) = j.xp {
-        return amx_rows(j, b, rows, tokens, scratch);
+        // SAFETY: output rows `rows` of every token are this worker's alone
+        // (`Regions::take` hands each chunk to one worker), inside `y`.
+        let y = unsafe { j.out.offset(rows.start).slice(0, 0).as_mut_ptr() };
+        // SAFETY: as above: `y` from row `rows.start` of a `[tokens, rows]` output.
+        return unsafe { dispatch::amx_rows(isa, j.w, b, rows, tokens, scratch, y) };
     }
     let cols = j.w.cols();
     let mut acc = [0.0f32; TILE];
@@ -322,8 +332,9 @@ fn rows_job(
     while t0 < tokens {
         let n = tile.min(tokens - t0);
         let xt = j.xp.tile(t0, n, cols);
+        let Xs::F32(xt) = xt else { unreachable!("int8 activations take the tile kernels") };
         for r in rows.clone() {
-            row(path, j.w, r, xt, n, &mut acc, scratch);
+            dispatch::f32_row(isa, j.w, r, xt, n, &mut acc, scratch);
             for (t, v) in acc.iter().enumerate().take(n) {
                 // SAFETY: (t0 + t) * rows + r < tokens * rows = y.len(), and
                 // chunk rows are handed to one worker only (`Regions::take`).
@@ -343,7 +354,7 @@ enum Form {
     Permuted(usize),
     /// int8 per 4-column lane, for q8 weights on `avx512vnni`.
     Q8Lanes,
-    /// int8 per block in `Layout`, quantized with the AVX-512 code or not.
+    /// int8 per block in `Layout`, quantized with the path's SIMD code or not.
     Q8(Layout, bool),
     /// bf16 pairs as AMX B tiles.
     Bf16Pairs,
@@ -357,53 +368,13 @@ pub const AMX_MIN_TOKENS: usize = 32;
 
 /// [`form`], except that [`Path::Amx`] takes NVFP4 products of at least
 /// [`AMX_MIN_TOKENS`] tokens in whole tiles on bf16 activations.
-fn form_for(path: Path, w: &Linear<'_>, tokens: usize) -> Form {
-    #[cfg(target_arch = "x86_64")]
+fn form_for(isa: Isa, w: &Linear<'_>, tokens: usize) -> Form {
     if let Linear::Nvfp4 { rows, cols, .. } = *w {
-        if path == Path::Amx && tokens >= AMX_MIN_TOKENS && crate::simd::amx::fits(rows, cols) {
+        if dispatch::amx_takes(isa, rows, cols, tokens, AMX_MIN_TOKENS) {
             return Form::Bf16Pairs;
         }
     }
-    form(path, w)
-}
-
-/// Rows `rows` (whole 16-row strips) of an NVFP4 job against its `tokens`
-/// bf16 tokens `b` on AMX tiles: the rows decoded to bf16 once into
-/// `scratch`, then every token.
-#[cfg(target_arch = "x86_64")]
-fn amx_rows(
-    j: &Job<'_, '_, '_>,
-    b: &[u32],
-    rows: Range<usize>,
-    tokens: usize,
-    scratch: &mut Vec<f32>,
-) {
-    use crate::simd::amx;
-    let Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. } = *j.w else {
-        unreachable!("bf16 pairs are prepared for NVFP4 weights only");
-    };
-    let n = rows.len();
-    debug_assert!(rows.start % amx::ROWS == 0 && amx::fits(n, cols));
-    if scratch.len() < n * cols / 2 {
-        scratch.resize(n * cols / 2, 0.0);
-    }
-    // SAFETY: the first n * cols / 2 floats of `scratch` are n * cols u16
-    // (u16 needs less alignment than f32), used only as this view below.
-    let a =
-        unsafe { core::slice::from_raw_parts_mut(scratch.as_mut_ptr().cast::<u16>(), n * cols) };
-    let p = &packed[rows.start * cols / 2..rows.end * cols / 2];
-    let s = &scales[rows.start * cols / 16..rows.end * cols / 16];
-    // SAFETY: `Path::Amx` is supported (checked by `matmuls_with`), which
-    // implies AVX-512 BW and the granted tile state; `p`, `s` and `a` hold
-    // `n` rows (a multiple of 16) of `cols` (a multiple of 32) columns, and `b`
-    // was packed for `tokens` tokens of `cols` columns.
-    unsafe {
-        amx::decode(p, s, n, cols, a);
-        // y[t * rows + rows.start + r] for t < tokens, r < n: inside y, and
-        // these rows are this worker's alone.
-        let y = j.out.offset(rows.start).slice(0, 0).as_mut_ptr();
-        amx::gemm(a, b, n, cols, tokens, gs, y, j.rows);
-    }
+    form(isa.path(), w)
 }
 
 /// The form `path`'s kernel for `w` wants (see `simd::avx512`).
@@ -412,9 +383,9 @@ fn form(path: Path, w: &Linear<'_>) -> Form {
         return Form::Q8Lanes;
     }
     if q8_activations(path, w) {
-        // The SIMD quantizer needs AVX-512, which the VNNI path has.
-        let vnni = path.vnni();
-        return Form::Q8(if vnni { Layout::BlockLanes } else { Layout::EvenOdd }, vnni);
+        // Both int8 paths quantize full chunks with their SIMD quantizer.
+        let layout = if path.vnni() { Layout::BlockLanes } else { Layout::EvenOdd };
+        return Form::Q8(layout, true);
     }
     let avx512 = path.avx512();
     match w {
@@ -424,20 +395,18 @@ fn form(path: Path, w: &Linear<'_>) -> Form {
     }
 }
 
-/// `x` (`tokens` rows of `cols`) in `form`.
-fn prepare(form: Form, x: &[f32], tokens: usize, cols: usize) -> Prepared<'_> {
+/// `x` (`tokens` rows of `cols`) in `form`, on `isa`.
+fn prepare(isa: Isa, form: Form, x: &[f32], tokens: usize, cols: usize) -> Prepared<'_> {
     let group = match form {
         Form::F32 => return Prepared::F32(Cow::Borrowed(x)),
         Form::Q8Lanes => return Prepared::Q8(quantize_q8_lanes(x, tokens, cols)),
-        Form::Q8(layout, simd) => return Prepared::Q8(quantize_q8(x, tokens, cols, layout, simd)),
+        Form::Q8(layout, simd) => {
+            let simd = simd.then_some(isa);
+            return Prepared::Q8(quantize_q8(x, tokens, cols, layout, simd));
+        }
         Form::Permuted(group) => group,
         #[cfg(target_arch = "x86_64")]
-        Form::Bf16Pairs => {
-            // SAFETY: the form is chosen on `Path::Amx` only, which has
-            // AVX-512 BW, for whole 32-column steps (`amx::fits`).
-            let b = unsafe { crate::simd::amx::pack(x, tokens, cols) };
-            return Prepared::Bf16(b);
-        }
+        Form::Bf16Pairs => return Prepared::Bf16(dispatch::amx_pack(isa, x, tokens, cols)),
         #[cfg(not(target_arch = "x86_64"))]
         Form::Bf16Pairs => unreachable!("AMX exists only on x86_64"),
     };
@@ -482,88 +451,8 @@ pub fn permute_nvfp4<T: Copy>(x: &[T], out: &mut [T], group: usize) {
     out[full..].copy_from_slice(&x[full..]);
 }
 
-/// Expands `$f::<N>(args)` for the runtime `n` in 1..=16.
-macro_rules! by_n {
-    ($n:expr, $($f:ident)::+, $($a:expr),*) => {
-        match $n {
-            1 => $($f)::+::<1>($($a),*), 2 => $($f)::+::<2>($($a),*), 3 => $($f)::+::<3>($($a),*),
-            4 => $($f)::+::<4>($($a),*), 5 => $($f)::+::<5>($($a),*), 6 => $($f)::+::<6>($($a),*),
-            7 => $($f)::+::<7>($($a),*), _ => $($f)::+::<8>($($a),*),
-        }
-    };
-}
-
-/// One weight row against `n` tokens (`x` is `[n, cols]`, prepared).
-fn row(
-    path: Path,
-    w: &Linear<'_>,
-    r: usize,
-    x: Xs<'_>,
-    n: usize,
-    out: &mut [f32; TILE],
-    scratch: &mut [f32],
-) {
-    match (path, x) {
-        #[cfg(target_arch = "x86_64")]
-        (_, Xs::Q8(_)) => unreachable!("int8 activations take the tile kernels (`vnni`)"),
-        #[cfg(target_arch = "x86_64")]
-        (p, Xs::F32(x)) if p == Path::Avx2 || p.avx512() => simd_row(path, w, r, x, n, out),
-        (_, Xs::F32(x)) => generic::row(w, r, x, n, out, scratch),
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut [f32; TILE]) {
-    use crate::simd::{avx2, avx512};
-    match *w {
-        Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. } => {
-            let p = &packed[r * cols / 2..(r + 1) * cols / 2];
-            let s = &scales[r * cols / 16..(r + 1) * cols / 16];
-            // AVX2 NVFP4 products take int8 activations (`prepare`).
-            debug_assert!(path != Path::Avx2, "AVX2 NVFP4 rows need int8 activations");
-            // SAFETY: `matmul_with` checked the path is supported; slice
-            // lengths match the kernel's preconditions (cols % 16 == 0 by load).
-            unsafe { by_n!(n, avx512::nvfp4_row, p, s, gs, cols, x, out) }
-        }
-        Linear::Q8 { data, scales, cols, .. } => {
-            let d = &data[r * cols..(r + 1) * cols];
-            let s = &scales[r * cols / 16..(r + 1) * cols / 16]; // cols / 32 F16 scales
-            if path != Path::Avx2 {
-                // SAFETY: path supported (AVX-512 implies F16C here); `d` holds
-                // `cols` int8, `s` cols / 32 F16 scales; x is [n, cols] unpermuted.
-                unsafe { by_n!(n, crate::simd::q8::row_avx512, d, s, cols, x, out) }
-            } else {
-                // SAFETY: as above for AVX2 (+FMA, F16C).
-                unsafe { by_n!(n, crate::simd::q8::row_avx2, d, s, cols, x, out) }
-            }
-        }
-        Linear::Dense { dtype, data, cols, .. } => {
-            let (code, es) = match dtype {
-                DType::BF16 => (avx512::DT_BF16, 2),
-                DType::F16 => (avx512::DT_F16, 2),
-                DType::F32 => (avx512::DT_F32, 4),
-                _ => {
-                    out[..n].fill(f32::NAN);
-                    return;
-                }
-            };
-            let d = &data[r * cols * es..(r + 1) * cols * es];
-            if dtype == DType::BF16 && path != Path::Avx2 {
-                // SAFETY: path supported; `d` holds `cols` bf16 values; `prepare`
-                // permuted x per 32 columns for exactly this case.
-                unsafe { by_n!(n, avx512::bf16_row, d, cols, x, out) }
-            } else if path != Path::Avx2 {
-                // SAFETY: path supported; `d` holds `cols` elements; x is [n, cols].
-                unsafe { by_n!(n, avx512::dense_row, code, d, cols, x, out) }
-            } else {
-                // SAFETY: as above for AVX2.
-                unsafe { by_n!(n, avx2::dense_row, code, d, cols, x, out) }
-            }
-        }
-    }
-}
-
-/// Dot product of equal-length slices, with 8 partial sums.
+/// Dot product of equal-length slices, with 8 partial sums (portable: the
+/// same bits on every path).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     generic::dot(a, b)
 }

@@ -7,11 +7,15 @@
 //!   the one home of the pack and number formats).
 //! - [`tensor`], [`source`]: borrowed tensors and where they come from.
 //! - [`weights`]: `Linear` (F32/BF16/F16/NVFP4), borrowed in place.
-//! - [`kernels`]: the matrix products; [`simd`]: their AVX2/AVX-512 paths and
-//!   runtime dispatch; [`pool`]: the worker pool they split rows across.
-//! - [`model`]: the forward pass (its `moe` module: the MoE block, tokens
-//!   grouped by expert); [`state`]: per-sequence caches; [`snapshot`]:
-//!   checkpoints of a state (fixed part, KV spans, file format).
+//! - [`kernels`]: the kernel layer's API (matrix products, attention,
+//!   DeltaNet, SiLU/exp) on an explicit path, its one dispatch table and the
+//!   portable twins; [`simd`]: the paths, the CPU features, the shared
+//!   kernel types and the per-ISA kernels under them; [`pool`]: the worker
+//!   pool the products split rows across.
+//! - [`model`]: the forward pass (its kernel path, KV precision and other
+//!   [`EngineOptions`] are the model's; its `moe` module: the MoE block,
+//!   tokens grouped by expert); [`state`]: per-sequence caches;
+//!   [`snapshot`]: checkpoints of a state (fixed part, KV spans, file format).
 //! - [`bench`]: the pack benchmark (read bandwidth, prefill, decode), clock supplied.
 //! - [`sampling`], [`generate`]: token selection and the generation loop;
 //!   [`spec`]: speculative decoding with the MTP head.

@@ -1,44 +1,41 @@
 //! Small element-wise and per-row operations of the Qwen3.5 model, in f32.
 //!
-//! [`exp`] (from [`crate::exp`]) is the engine's one `e^x`: `simd::attn`
-//! runs the same algorithm on whole slices with AVX2 and AVX-512
-//! ([`silu_mul`], [`sigmoid_in_place`], [`softmax`]). The scalar [`silu`] and
-//! [`sigmoid`] keep `libm::expf`; `simd::silu` runs that same `expf` on
-//! vectors, bit for bit (the DeltaNet conv and output gate).
+//! [`exp`] (from [`crate::exp`]) is the engine's one `e^x`: the attention
+//! kernels (`kernels::attn`) run the same algorithm on whole slices with
+//! AVX2 and AVX-512 ([`silu_mul`], [`sigmoid_in_place`], [`softmax`]). The
+//! scalar [`silu`] and [`sigmoid`] keep `libm::expf`; `kernels::silu_in_place`
+//! runs that same `expf` on vectors, bit for bit (the DeltaNet conv and
+//! output gate). The slice operations take the kernel path of the model
+//! that runs them.
 
-pub use crate::exp::exp;
-
-/// SiLU: `x * sigmoid(x)`.
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + libm::expf(-x))
-}
+pub use crate::exp::{exp, silu};
+use crate::kernels::{attn::exp_shift_sum, silu_in_place};
+use crate::simd::Path;
 
 /// Logistic sigmoid.
 pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + libm::expf(-x))
 }
 
-/// `g = silu(g) * u` elementwise, with the active path's vectorised exp
-/// (the SwiGLU of an MLP).
-pub fn silu_mul(g: &mut [f32], u: &[f32]) {
-    let path = crate::simd::active();
+/// `g = silu(g) * u` elementwise, with `path`'s vectorised exp (the SwiGLU
+/// of an MLP).
+pub fn silu_mul(path: Path, g: &mut [f32], u: &[f32]) {
     for (gc, uc) in g.chunks_mut(256).zip(u.chunks(256)) {
         let mut e = [0.0f32; 256];
         let e = &mut e[..gc.len()];
         e.iter_mut().zip(gc.iter()).for_each(|(e, x)| *e = -x);
-        crate::simd::attn::exp_shift_sum(path, e, 0.0);
+        exp_shift_sum(path, e, 0.0);
         for ((x, e), u) in gc.iter_mut().zip(e.iter()).zip(uc) {
             *x = *x / (1.0 + e) * u;
         }
     }
 }
 
-/// `x = sigmoid(x)` elementwise, with the active path's vectorised exp.
-pub fn sigmoid_in_place(x: &mut [f32]) {
-    let path = crate::simd::active();
+/// `x = sigmoid(x)` elementwise, with `path`'s vectorised exp.
+pub fn sigmoid_in_place(path: Path, x: &mut [f32]) {
     for c in x.chunks_mut(256) {
         c.iter_mut().for_each(|v| *v = -*v);
-        crate::simd::attn::exp_shift_sum(path, c, 0.0);
+        exp_shift_sum(path, c, 0.0);
         c.iter_mut().for_each(|v| *v = 1.0 / (1.0 + *v));
     }
 }
@@ -74,16 +71,14 @@ pub fn rms_norm_1p_rows(x: &mut [f32], w: &[f32], eps: f32) {
 }
 
 /// The DeltaNet output norm in place: `w * rmsnorm(x) * silu(z)` (plain
-/// `w`), the SiLU on the active path's vectors (`simd::silu`, bit for bit
-/// the scalar [`silu`]).
-pub fn rms_norm_gated(x: &mut [f32], z: &[f32], w: &[f32], eps: f32) {
+/// `w`), the SiLU on `path`'s vectors (bit for bit the scalar [`silu`]).
+pub fn rms_norm_gated(path: Path, x: &mut [f32], z: &[f32], w: &[f32], eps: f32) {
     let s = inv_rms(x, eps);
-    let path = crate::simd::active();
     for ((xc, zc), wc) in x.chunks_mut(256).zip(z.chunks(256)).zip(w.chunks(256)) {
         let mut g = [0.0f32; 256];
         let g = &mut g[..zc.len()];
         g.copy_from_slice(zc);
-        crate::simd::silu::silu_in_place(path, g);
+        silu_in_place(path, g);
         for ((v, w), g) in xc.iter_mut().zip(wc).zip(g.iter()) {
             *v = w * (*v * s) * g;
         }
@@ -99,10 +94,10 @@ pub fn l2_norm(x: &mut [f32], eps: f32) {
     }
 }
 
-/// Softmax in place (numerically stable), with the active kernel path's exp.
-pub fn softmax(x: &mut [f32]) {
+/// Softmax in place (numerically stable), with `path`'s exp.
+pub fn softmax(path: Path, x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum = crate::simd::attn::exp_shift_sum(crate::simd::active(), x, max);
+    let sum = exp_shift_sum(path, x, max);
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;
@@ -144,12 +139,14 @@ mod tests {
         let x0: alloc::vec::Vec<f32> =
             (0..300).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
         let w: alloc::vec::Vec<f32> = (0..300).map(|i| 0.5 + (i % 7) as f32 / 8.0).collect();
-        let mut x = x0.clone();
-        rms_norm_gated(&mut x, &z, &w, 1e-6);
         let s = inv_rms(&x0, 1e-6);
-        for i in 0..300 {
-            let want = w[i] * (x0[i] * s) * silu(z[i]);
-            assert_eq!(x[i].to_bits(), want.to_bits(), "value {i}");
+        for path in Path::ALL.into_iter().filter(|p| p.supported()) {
+            let mut x = x0.clone();
+            rms_norm_gated(path, &mut x, &z, &w, 1e-6);
+            for i in 0..300 {
+                let want = w[i] * (x0[i] * s) * silu(z[i]);
+                assert_eq!(x[i].to_bits(), want.to_bits(), "{} value {i}", path.name());
+            }
         }
     }
 }

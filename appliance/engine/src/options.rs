@@ -1,31 +1,39 @@
-//! The engine's process-wide choices, made by whoever runs it: the launcher
-//! from its flags and environment, the Kore guest from its command line. The
-//! library itself reads no environment, so the host and the guest only differ
-//! where their caller says so.
+//! The engine's choices for a model, made by whoever runs it: the launcher
+//! from its flags and environment, the Kore guest from its command line
+//! (`Model::set_options`). The library itself reads no environment and keeps
+//! no process-wide choice, so the host and the guest only differ where their
+//! caller says so, and two models in one process (or two tests) may run
+//! different kernels side by side.
 
 use crate::simd;
 use crate::state::KvPrecision;
 
-/// What [`EngineOptions::apply`] sets for every later forward in this process.
+/// What `Model::set_options` sets for a model's later forwards and states.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EngineOptions {
     /// The SIMD kernel path; `None` = the fastest this CPU supports.
     pub kernels: Option<simd::Path>,
-    /// The KV cache element type of new states.
+    /// The KV cache element type of new states (default f16).
     pub kv: KvPrecision,
     /// DeltaNet's chunked form for forwards of at least this many tokens;
-    /// `None` = never (the default, see `model::chunked_min_tokens`).
+    /// `None` = never (the default, see `Model::deltanet_chunked_min`).
     pub deltanet_chunked_min: Option<usize>,
 }
 
 impl EngineOptions {
-    /// Makes these the engine's choices. Fails, changing nothing, when the
-    /// kernel path is not supported by this CPU (or the XCR0 it was limited to).
-    pub fn apply(&self) -> Result<(), simd::Unsupported> {
-        simd::force(self.kernels)?;
-        KvPrecision::set_initial(self.kv);
-        crate::model::set_chunked_min_tokens(self.deltanet_chunked_min);
-        Ok(())
+    /// Checks that this CPU (or the XCR0 it was limited to) can run the
+    /// kernel path, so a caller can refuse bad options before loading a model.
+    pub fn check(&self) -> Result<(), simd::Unsupported> {
+        match self.kernels {
+            Some(p) if !p.supported() => Err(simd::Unsupported(p)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The kernel path these options give: the chosen one, else the fastest
+    /// this CPU supports ([`simd::best`]).
+    pub fn path(&self) -> simd::Path {
+        self.kernels.unwrap_or_else(simd::best)
     }
 
     /// The options' `key=value` words for the guest's command line (empty for
@@ -36,7 +44,7 @@ impl EngineOptions {
         if let Some(p) = self.kernels {
             let _ = write!(out, " kernels={}", p.name());
         }
-        if self.kv != KvPrecision::F32 {
+        if self.kv != KvPrecision::default() {
             let _ = write!(out, " kv={}", self.kv.name());
         }
         if let Some(n) = self.deltanet_chunked_min {
@@ -55,10 +63,10 @@ mod tests {
         assert_eq!(EngineOptions::default().cmdline_words(), "");
         let o = EngineOptions {
             kernels: Some(simd::Path::Generic),
-            kv: KvPrecision::F16,
+            kv: KvPrecision::F32,
             deltanet_chunked_min: Some(64),
         };
-        assert_eq!(o.cmdline_words(), " kernels=generic kv=f16 deltanet_chunked_min=64");
+        assert_eq!(o.cmdline_words(), " kernels=generic kv=f32 deltanet_chunked_min=64");
     }
 
     #[test]

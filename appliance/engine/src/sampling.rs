@@ -3,7 +3,7 @@
 //!
 //! Temperature alone (no filter: the OpenAI default) draws straight from the
 //! vocabulary in index order, without sorting it: weights
-//! `expf((logit - max) / T)` (0 below `e^-80`, `simd::silu::exp_in_place`,
+//! `expf((logit - max) / T)` (0 below `e^-80`, `kernels::exp_in_place`,
 //! the same bits on every kernel path), and the token where the running sum
 //! in f64 passes `u` times the total. A filter needs the order by logit, so
 //! it builds the sorted distribution ([`Sampler::distribution`]).
@@ -143,7 +143,8 @@ impl Sampler {
         w.extend(
             logits.iter().map(|&l| if l.is_nan() { f32::NEG_INFINITY } else { (l - max) / t }),
         );
-        crate::simd::silu::exp_in_place(crate::simd::active(), w);
+        // Bit-identical on every path: the fastest one.
+        crate::kernels::exp_in_place(crate::simd::best(), w);
         let sum = |run: &[f32]| run.iter().fold(0.0f64, |a, &v| a + f64::from(v));
         let runs: Vec<f64> = w.chunks(SCAN).map(sum).collect();
         let target = self.rng.next_f64() * runs.iter().sum::<f64>();

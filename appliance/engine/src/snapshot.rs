@@ -31,14 +31,13 @@ pub fn split_exact(pos0: usize, tokens: usize) -> bool {
     tokens > crate::model::PIECE_TOKENS || pos0 + tokens <= crate::model::PIECE
 }
 
-/// Whether the kernel configuration of this process makes a prompt's result
+/// Whether `model`'s kernel configuration makes a prompt's result
 /// independent of how it is cut into calls (given [`split_exact`] calls):
 /// false on the opt-in AMX path (products of 32+ tokens round activations to
 /// bf16) and with the chunked DeltaNet form forced (its chunks start at each
 /// call's first token). A prefix cache keeps and uses nothing then.
-pub fn cuts_exact() -> bool {
-    crate::simd::active() != crate::simd::Path::Amx
-        && crate::model::chunked_min_tokens() == usize::MAX
+pub fn cuts_exact(model: &crate::Model<'_>) -> bool {
+    model.kernels() != crate::simd::Path::Amx && model.deltanet_chunked_min() == usize::MAX
 }
 
 /// The sizes a model's checkpoints have: the one function that counts what

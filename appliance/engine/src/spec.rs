@@ -26,7 +26,6 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::generate::{GenerateOptions, Generation, StopReason};
-use crate::kernels::matmul_on;
 use crate::model::{ForwardError, Model, MtpError, MtpState};
 use crate::sampling::{argmax, Sampler};
 use crate::state::{Checkpoints, State};
@@ -209,7 +208,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
             model,
             opts: SpecOptions { max_drafts: opts.max_drafts.clamp(1, MAX_DRAFTS), ..opts },
             sampler,
-            mtp: MtpState::new(),
+            mtp: MtpState::with_kv(model.options().kv),
             ckpt: Checkpoints::new(),
             g: Vec::new(),
             pending: 0,
@@ -265,7 +264,7 @@ impl<'m, 'a> Speculator<'m, 'a> {
     fn draft_logits(&self, g: &[f32]) -> Vec<f32> {
         let head = draft_head(&self.model.lm_head, self.opts.draft_vocab);
         let mut out = vec![0.0; head.rows()];
-        matmul_on(self.model.pool(), &head, g, 1, &mut out);
+        self.model.exec().matmul(&head, g, 1, &mut out);
         out
     }
 

@@ -1,4 +1,4 @@
-//! The attention kernels (`simd::attn`) agree with their generic twins on
+//! The attention kernels (`kernels::attn`) agree with their generic twins on
 //! every supported path across odd head dims, group sizes, lengths and row
 //! strides, for f32 and f16 caches; the polynomial exp is within 1 ulp of
 //! the true value everywhere and exact at the edges; and long-context
@@ -8,20 +8,17 @@
 use std::path::PathBuf;
 
 use kore_engine::hf::HfModelDir;
+use kore_engine::kernels::attn::{accumulate, exp_shift_sum, scores};
+use kore_engine::kernels::KvElem;
 use kore_engine::ops::exp;
 use kore_engine::pool::ThreadPool;
-use kore_engine::simd::attn::{accumulate, exp_shift_sum, scores, KvElem};
 use kore_engine::simd::Path;
 use kore_engine::state::KvPrecision;
 use kore_engine::{Logits, State};
 
 mod common;
 
-use common::Rng;
-
-fn paths() -> impl Iterator<Item = Path> {
-    Path::ALL.into_iter().filter(|p| p.supported() && *p != Path::Generic)
-}
+use common::{Paths, Rng};
 
 /// `|a - b| <= 1e-5 * scale` elementwise.
 fn close(a: &[f32], b: &[f32], scale: f32, what: &str) {
@@ -30,7 +27,7 @@ fn close(a: &[f32], b: &[f32], scale: f32, what: &str) {
     }
 }
 
-fn check_kernels<E: KvElem>(rng: &mut Rng) {
+fn check_kernels<E: KvElem>(rng: &mut Rng, rec: &mut Paths) {
     for hd in [1, 7, 8, 9, 15, 16, 17, 33, 64, 100, 256] {
         for g in [1, 2, 3, 4, 5, 6, 8] {
             for n in [1, 2, 15, 16, 17, 70] {
@@ -47,7 +44,8 @@ fn check_kernels<E: KvElem>(rng: &mut Rng) {
                 let mut want_o = o0.clone();
                 scores(Path::Generic, &q, g, hd, &keys, stride, n, &mut want, n + 2, scale);
                 accumulate(Path::Generic, &p, n + 5, g, hd, &keys, stride, n, &mut want_o);
-                for path in paths() {
+                for path in rec.list() {
+                    rec.ran(path);
                     let what = format!("{} f16={} hd={hd} g={g} n={n}", path.name(), E::F16);
                     let mut got = vec![f32::NAN; g * (n + 2)];
                     for gi in 0..g {
@@ -67,8 +65,10 @@ fn check_kernels<E: KvElem>(rng: &mut Rng) {
 #[test]
 fn scores_and_value_sums_agree_with_generic_on_every_path() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    check_kernels::<f32>(&mut rng);
-    check_kernels::<u16>(&mut rng);
+    let mut rec = Paths::new("attn_kernels::scores_and_value_sums", true);
+    check_kernels::<f32>(&mut rng, &mut rec);
+    check_kernels::<u16>(&mut rng, &mut rec);
+    rec.finish();
 }
 
 /// Distance in units in the last place (same sign, finite).
@@ -109,7 +109,9 @@ fn exp_is_within_one_ulp_and_exact_at_the_edges() {
 fn vectorised_exp_agrees_with_the_scalar_one_on_every_path() {
     let mut xs: Vec<f32> = (0..20_011).map(|i| -110.0 + i as f32 * 0.01).collect();
     xs.extend([f32::NEG_INFINITY, -1e30, 88.72, 88.73, 1e30, f32::INFINITY, 0.0, -0.0]);
-    for path in Path::ALL.into_iter().filter(|p| p.supported()) {
+    let mut rec = Paths::new("attn_kernels::vectorised_exp", false);
+    for path in rec.list() {
+        rec.ran(path);
         for len in [xs.len(), 1, 7, 8, 15, 17, 33] {
             let mut got = xs[..len].to_vec();
             let sum = exp_shift_sum(path, &mut got, 0.5);
@@ -138,6 +140,7 @@ fn vectorised_exp_agrees_with_the_scalar_one_on_every_path() {
         exp_shift_sum(path, &mut nan, 0.0);
         assert!(nan[1].is_nan() && !nan[0].is_nan() && !nan[2].is_nan(), "{}", path.name());
     }
+    rec.finish();
 }
 
 fn fixture() -> HfModelDir {
@@ -192,4 +195,34 @@ fn f16_cache_halves_the_bytes_and_stays_near_f32() {
     assert!(b.kv_bytes() > 0);
     let worst = la.iter().zip(&lb).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
     assert!(worst > 0.0 && worst < 1e-2, "f16 vs f32 KV: max |diff| {worst}");
+}
+
+/// Prefill attention runs in tiles of tokens (each block of keys read once
+/// per tile); below one decode piece (2048 keys) a token's logits are the
+/// same bits whether it runs in a 45-token prefill (three tiles, several
+/// blocks of keys each) or alone as a decode step, serial and threaded.
+#[test]
+fn prefill_tiles_equal_token_by_token_bit_for_bit() {
+    let hf = fixture();
+    let mut model = hf.model().unwrap();
+    let tokens: Vec<u32> =
+        (0..45u32).map(|i| (i * 131 + 7) % model.config.vocab_size as u32).collect();
+    let pool = ThreadPool::new(2);
+    for kv in [KvPrecision::F32, KvPrecision::F16] {
+        for threaded in [false, true] {
+            if threaded {
+                model.set_pool(&pool);
+            }
+            let mut base = State::with_kv(&model.config, kv);
+            base.push_synthetic_context(&model.config, 600, 3);
+            let all = model.forward(&mut base.clone(), &tokens, Logits::All).unwrap();
+            let mut step = base.clone();
+            let mut each = Vec::new();
+            for t in &tokens {
+                each.extend(model.forward(&mut step, &[*t], Logits::Last).unwrap());
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&all) == bits(&each), "{kv:?} threaded={threaded}");
+        }
+    }
 }

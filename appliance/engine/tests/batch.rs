@@ -7,39 +7,22 @@
 //! bit-for-bit equal on all of them.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use kore_engine::hf::HfModelDir;
 use kore_engine::pool::ThreadPool;
-use kore_engine::simd::{self, Path as Kernels};
-use kore_engine::{ForwardError, Logits, Model, Sampler, SamplingParams, SeqInput, State};
+use kore_engine::simd::Path as Kernels;
+use kore_engine::{EngineOptions, ForwardError, Logits, Model, Sampler, SamplingParams};
+use kore_engine::{SeqInput, State};
 
 fn open(rel: &str) -> HfModelDir {
     let p: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
     HfModelDir::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// The kernel path is process-wide: tests that force it take turns.
-static KERNELS: Mutex<()> = Mutex::new(());
-
-/// Runs `f(path, bit_exact)` with each supported kernel path forced.
-fn each_path(mut f: impl FnMut(Kernels, bool)) {
-    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
-    for path in Kernels::ALL.into_iter().filter(|p| p.supported()) {
-        simd::force(Some(path)).unwrap();
-        f(path, true);
-    }
-    simd::force(None).unwrap();
-}
-
-/// Largest |a - b| over the largest |b|.
-fn rel_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    let (mut d, mut m) = (0.0f32, f32::MIN_POSITIVE);
-    for (x, y) in a.iter().flatten().zip(b.iter().flatten()) {
-        d = d.max((x - y).abs());
-        m = m.max(y.abs());
-    }
-    d / m
+/// Every kernel path this CPU runs (each test sets it on its own models:
+/// the path is a model's, so the tests run in parallel).
+fn paths() -> Vec<Kernels> {
+    Kernels::ALL.into_iter().filter(|p| p.supported()).collect()
 }
 
 const MODELS: [&str; 9] = [
@@ -130,9 +113,10 @@ fn together(model: &Model<'_>, prompts: &[Vec<u32>], n: usize) -> Vec<(Vec<u32>,
 fn each_sequence_of_a_batch_equals_it_alone() {
     let pool = ThreadPool::new(2);
     let models: Vec<HfModelDir> = MODELS.iter().map(|d| open(d)).collect();
-    each_path(|path, exact| {
+    for path in paths() {
         for (dir, hf) in MODELS.iter().zip(&models) {
             let mut model = hf.model().unwrap();
+            model.set_kernels(path).unwrap();
             for threaded in [false, true] {
                 if threaded {
                     model.set_pool(&pool);
@@ -143,24 +127,20 @@ fn each_sequence_of_a_batch_equals_it_alone() {
                     let at = format!("{dir} {} threaded={threaded} seq {j}", path.name());
                     let (toks, logits) = alone(&model, p, j, 12);
                     assert_eq!(batched[j].0, toks, "{at}: tokens");
-                    if exact {
-                        assert!(batched[j].1 == logits, "{at}: logits differ");
-                    } else {
-                        let r = rel_diff(&batched[j].1, &logits);
-                        assert!(r < 1e-5, "{at}: logits differ by {r} relative");
-                    }
+                    assert!(batched[j].1 == logits, "{at}: logits differ");
                 }
             }
         }
-    });
+    }
 }
 
 #[test]
 fn prefill_in_chunks_equals_one_call_on_short_contexts() {
     let hf = open("../../model-packs/tiny-hf");
-    let model = hf.model().unwrap();
+    let mut model = hf.model().unwrap();
     let prompt: Vec<u32> = (0..100u32).map(|i| (i * 53 + 7) % 4096).collect();
-    each_path(|path, exact| {
+    for path in paths() {
+        model.set_kernels(path).unwrap();
         let whole = model.forward(&mut model.new_state(), &prompt, Logits::Last).unwrap();
         for chunk in [17, 32, 64] {
             let mut state = model.new_state();
@@ -170,14 +150,9 @@ fn prefill_in_chunks_equals_one_call_on_short_contexts() {
                 last = model.forward_batch(&mut seqs).unwrap().remove(0);
             }
             let at = format!("{} chunks of {chunk}", path.name());
-            if exact {
-                assert!(last == whole, "{at}: logits differ from one call");
-            } else {
-                let r = rel_diff(&[last], std::slice::from_ref(&whole));
-                assert!(r < 1e-5, "{at}: logits differ by {r} relative");
-            }
+            assert!(last == whole, "{at}: logits differ from one call");
         }
-    });
+    }
 }
 
 #[test]
@@ -218,7 +193,8 @@ fn many_decoding_sequences_split_across_the_pool_equal_alone() {
     let ps: Vec<Vec<u32>> = (0..seqs)
         .map(|j| (0..2 + j % 3).map(|i| ((i * 31 + j * 7 + 1) % vocab) as u32).collect())
         .collect();
-    each_path(|path, _| {
+    for path in paths() {
+        model.set_kernels(path).unwrap();
         let mut states: Vec<State> = ps.iter().map(|_| model.new_state()).collect();
         let mut next: Vec<u32> = ps
             .iter()
@@ -239,7 +215,7 @@ fn many_decoding_sequences_split_across_the_pool_equal_alone() {
                 next[j] = argmax(l);
             }
         }
-    });
+    }
 }
 
 fn argmax(l: &[f32]) -> u32 {
@@ -261,8 +237,9 @@ fn forced_chunked_prefill_batched_equals_alone() {
     let mut model = hf.model().unwrap();
     let pool = ThreadPool::new(2);
     model.set_pool(&pool);
-    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
-    kore_engine::model::set_chunked_min_tokens(Some(2));
+    let chunked = EngineOptions { deltanet_chunked_min: Some(2), ..Default::default() };
+    model.set_options(&chunked).unwrap();
+    assert_eq!(model.deltanet_chunked_min(), 2);
     let ps = prompts(model.config.vocab_size);
     let batched = together(&model, &ps, 6);
     let mut differs = Vec::new();
@@ -271,6 +248,5 @@ fn forced_chunked_prefill_batched_equals_alone() {
             differs.push(j);
         }
     }
-    kore_engine::model::set_chunked_min_tokens(None);
     assert!(differs.is_empty(), "sequences {differs:?} differ from alone");
 }

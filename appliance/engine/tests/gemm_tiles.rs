@@ -14,7 +14,7 @@ use kore_engine::{DType, Linear};
 
 mod common;
 
-use common::Rng;
+use common::{Paths, Rng};
 
 /// Checks every token of `tokens`-token products of `w` (serial and on
 /// `pool`) against the same token's one-token product.
@@ -44,17 +44,15 @@ fn check(path: Path, pool: &dyn Parallel, w: &Linear<'_>, rng: &mut Rng, tokens:
     }
 }
 
-fn paths() -> Vec<Path> {
-    Path::ALL.into_iter().filter(|p| p.supported()).collect()
-}
-
 const TOKENS: [usize; 11] = [2, 3, 4, 5, 7, 8, 9, 12, 17, 33, 48];
 
 #[test]
 fn nvfp4_tokens_are_exact_in_any_tile() {
     let mut rng = Rng(0xC0FF_EE12_3456_789B);
     let pool = ThreadPool::new(3);
-    for path in paths() {
+    let mut rec = Paths::new("gemm_tiles::nvfp4", false);
+    for path in rec.list() {
+        rec.ran(path);
         // Row counts that leave every remainder of a 4-row tile; columns
         // with and without a partial 128-column chunk.
         // (16, 32), (48, 2048) and (80, 96) are whole AMX tiles.
@@ -78,13 +76,16 @@ fn nvfp4_tokens_are_exact_in_any_tile() {
             }
         }
     }
+    rec.finish();
 }
 
 #[test]
 fn dense_and_q8_tokens_are_exact_in_any_tile() {
     let mut rng = Rng(0x1234_5678_9ABC_DEF1);
     let pool = ThreadPool::new(2);
-    for path in paths() {
+    let mut rec = Paths::new("gemm_tiles::dense_and_q8", false);
+    for path in rec.list() {
+        rec.ran(path);
         let (rows, cols) = (37, 256);
         let data = rng.bytes(rows * cols);
         let sc: Vec<u8> = (0..rows * cols / kore_engine::Q8_GROUP)
@@ -102,4 +103,5 @@ fn dense_and_q8_tokens_are_exact_in_any_tile() {
             check(path, &pool, &bf16, &mut rng, tokens);
         }
     }
+    rec.finish();
 }

@@ -11,7 +11,7 @@ use kore_engine::{DType, Linear};
 
 mod common;
 
-use common::Rng;
+use common::{Paths, Rng};
 
 fn dense_bytes(rng: &mut Rng, dtype: DType, n: usize) -> Vec<u8> {
     let mut out = Vec::new();
@@ -67,18 +67,12 @@ fn check(path: Path, pool: &dyn Parallel, w: &Linear<'_>, rng: &mut Rng, tokens:
     }
 }
 
-fn paths() -> Vec<Path> {
-    let p: Vec<Path> =
-        Path::ALL.into_iter().filter(|p| p.supported() && *p != Path::Generic).collect();
-    eprintln!("checking paths: {:?}", p);
-    p
-}
-
 #[test]
 fn nvfp4_paths_agree_with_generic() {
+    let mut rec = Paths::new("kernels_agree::nvfp4_paths_agree_with_generic", true);
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let pool = ThreadPool::new(3);
-    for path in paths() {
+    for path in rec.list() {
         for &(rows, cols) in &[
             (1, 16),
             (3, 48),
@@ -107,14 +101,17 @@ fn nvfp4_paths_agree_with_generic() {
                 check(path, &pool, &w, &mut rng, tokens);
             }
         }
+        rec.ran(path);
     }
+    rec.finish();
 }
 
 #[test]
 fn dense_paths_agree_with_generic() {
+    let mut rec = Paths::new("kernels_agree::dense_paths_agree_with_generic", true);
     let mut rng = Rng(0x0123_4567_89AB_CDEF);
     let pool = ThreadPool::new(2);
-    for path in paths() {
+    for path in rec.list() {
         for dtype in [DType::BF16, DType::F16, DType::F32] {
             for &(rows, cols) in
                 &[(1, 1), (3, 7), (17, 16), (5, 33), (40, 100), (7, 1031), (9, 64), (12, 256)]
@@ -127,7 +124,9 @@ fn dense_paths_agree_with_generic() {
                 }
             }
         }
+        rec.ran(path);
     }
+    rec.finish();
 }
 
 /// F16 block scales over a wide range (finite, both signs).
@@ -142,9 +141,10 @@ fn f16_scales(rng: &mut Rng, n: usize) -> Vec<u8> {
 
 #[test]
 fn q8_paths_agree_with_generic() {
+    let mut rec = Paths::new("kernels_agree::q8_paths_agree_with_generic", true);
     let mut rng = Rng(0x5151_2727_9898_0303);
     let pool = ThreadPool::new(3);
-    for path in paths() {
+    for path in rec.list() {
         for &(rows, cols) in &[(1, 32), (3, 64), (17, 96), (5, 256), (33, 288), (9, 1056)] {
             let data = rng.bytes(rows * cols);
             let sc = f16_scales(&mut rng, rows * cols / kore_engine::Q8_GROUP);
@@ -154,7 +154,9 @@ fn q8_paths_agree_with_generic() {
                 check(path, &pool, &w, &mut rng, tokens);
             }
         }
+        rec.ran(path);
     }
+    rec.finish();
 }
 
 #[test]
@@ -238,6 +240,7 @@ fn permutation_is_even_then_odd() {
 
 #[test]
 fn chunked_batches_equal_single_products() {
+    let mut rec = Paths::new("kernels_agree::chunked_batches_equal_single_products", false);
     // Large enough for many chunks per product; one batch of products of
     // different shapes and dtypes gives the bits of separate calls. Several
     // read the same activations (prepared once for each kernel form they
@@ -273,7 +276,7 @@ fn chunked_batches_equal_single_products() {
     let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f()).collect();
     let prefix = &x[..tokens * 96];
     let pool = ThreadPool::new(3);
-    for path in Path::ALL.into_iter().filter(|p| p.supported()) {
+    for path in rec.list() {
         let mut ys: Vec<Vec<f32>> =
             [r1, 300, 600, r2, 4, 100].iter().map(|r| vec![0.0; tokens * r]).collect();
         let [ya, ya2, yh, yb, yt, yq] = &mut ys[..] else { unreachable!() };
@@ -296,13 +299,16 @@ fn chunked_batches_equal_single_products() {
             matmul_with(path, &Serial, w, x, tokens, &mut want);
             assert_eq!(&want, y, "{} {} rows", path.name(), w.rows());
         }
+        rec.ran(path);
     }
+    rec.finish();
 }
 
 #[test]
 fn delta_step_paths_agree_with_generic() {
+    let mut rec = Paths::new("kernels_agree::delta_step_paths_agree_with_generic", true);
     let mut rng = Rng(0xD317A);
-    for path in paths() {
+    for path in rec.list() {
         for &(dk, dv) in &[(1, 16), (3, 32), (5, 48), (16, 64), (128, 128), (7, 256), (4, 8)] {
             let mut s0: Vec<f32> = (0..dk * dv).map(|_| rng.f()).collect();
             let mut s1 = s0.clone();
@@ -333,11 +339,14 @@ fn delta_step_paths_agree_with_generic() {
                 }
             }
         }
+        rec.ran(path);
     }
+    rec.finish();
 }
 
 #[test]
 fn delta_step_is_the_reference_rule() {
+    let mut rec = Paths::new("kernels_agree::delta_step_is_the_reference_rule", false);
     // The two-pass form against the rule as written in FACTS/transformers:
     // S *= g; d = beta (v - S^T k); S += k d^T; o = S^T q.
     let mut rng = Rng(99);
@@ -360,7 +369,7 @@ fn delta_step_is_the_reference_rule() {
             want_o[j] += s[i * dv + j] * q[i] as f64;
         }
     }
-    for path in Path::ALL.into_iter().filter(|p| p.supported()) {
+    for path in rec.list() {
         let mut st = s_init.clone();
         let (mut o, mut u) = (vec![0.0; dv], vec![0.0; dv]);
         let t = DeltaToken { k: &k, q: &q, v: &v, g, beta };
@@ -371,16 +380,19 @@ fn delta_step_is_the_reference_rule() {
         for (a, b) in o.iter().zip(&want_o) {
             assert!((*a as f64 - b).abs() < 1e-5, "{}: output {a} vs {b}", path.name());
         }
+        rec.ran(path);
     }
+    rec.finish();
 }
 
 #[test]
 fn gemm_acc_paths_agree_with_generic() {
+    let mut rec = Paths::new("kernels_agree::gemm_acc_paths_agree_with_generic", true);
     // Odd shapes around the 8-row x 32-column tiles, row strides wider than
     // the rows, accumulating into a non-zero C.
     let mut rng = Rng(0x6E33);
     let shapes = [(1, 1, 1), (3, 5, 7), (8, 32, 16), (9, 33, 64), (17, 16, 1), (64, 128, 128)];
-    for path in paths() {
+    for path in rec.list() {
         for &(m, n, k) in &shapes {
             for k in [k, 0] {
                 let (lda, ldb, ldc) = (k + 3, n + 5, n + 1);
@@ -406,5 +418,7 @@ fn gemm_acc_paths_agree_with_generic() {
                 }
             }
         }
+        rec.ran(path);
     }
+    rec.finish();
 }

@@ -3,8 +3,10 @@
 
 use std::path::Path;
 
-use kore_engine::kernels::{matvec, q8_activations};
+use kore_engine::kernels::{matmul_with, q8_activations};
+use kore_engine::pool::Serial;
 use kore_engine::safetensors::Safetensors;
+use kore_engine::simd::Path as KernelPath;
 use kore_engine::weights::{Linear, WeightLoader};
 
 fn f32s(st: &Safetensors<'_>, name: &str) -> Vec<f32> {
@@ -30,17 +32,20 @@ fn nvfp4_dequantizes_and_multiplies_like_torch() {
     }
     let x = f32s(&st, "x");
     let want = f32s(&st, "y");
-    let mut y = vec![0.0; n];
-    matvec(&w, &x, &mut y);
     // A path that quantizes activations to int8 per 16-column block moves
     // each one by at most half a step (amax / 254): that bounds its error.
-    let q8 = q8_activations(kore_engine::simd::active(), &w);
     let step: Vec<f32> =
         x.chunks(16).map(|b| b.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 254.0).collect();
-    for (r, (a, b)) in y.iter().zip(&want).enumerate() {
-        let quant: f32 =
-            if q8 { (0..k).map(|c| deq[r * k + c].abs() * step[c / 16]).sum() } else { 0.0 };
-        assert!((a - b).abs() <= 1e-4 + quant, "row {r}: {a} vs {b} (quantization bound {quant})");
+    for path in KernelPath::ALL.into_iter().filter(|p| p.supported()) {
+        let mut y = vec![0.0; n];
+        matmul_with(path, &Serial, &w, &x, 1, &mut y);
+        let q8 = q8_activations(path, &w);
+        for (r, (a, b)) in y.iter().zip(&want).enumerate() {
+            let quant: f32 =
+                if q8 { (0..k).map(|c| deq[r * k + c].abs() * step[c / 16]).sum() } else { 0.0 };
+            let what = format!("{} row {r}: {a} vs {b} (quantization bound {quant})", path.name());
+            assert!((a - b).abs() <= 1e-4 + quant, "{what}");
+        }
     }
     // Wrong shapes of the scale tensors are rejected, not misread.
     let err = WeightLoader::new(&st).linear("linear", n, 2 * k).unwrap_err();

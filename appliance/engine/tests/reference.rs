@@ -78,32 +78,40 @@ fn assert_close(ours: &[f32], theirs: &[f32], what: &str) {
     );
 }
 
-/// Applies the engine options tests/reference_paths.rs passes to its re-runs
+/// The engine options tests/reference_paths.rs passes to its re-runs
 /// (`KORE_KERNELS`, `KORE_DELTANET_CHUNKED_MIN`, read here as the launcher
 /// reads them: the engine library reads no environment).
-fn apply_options_from_env() {
+fn options_from_env() -> kore_engine::EngineOptions {
     let kernels = std::env::var("KORE_KERNELS").ok().map(|v| {
         kore_engine::simd::Path::from_name(&v).unwrap_or_else(|| panic!("KORE_KERNELS={v}"))
     });
     let deltanet_chunked_min =
         std::env::var("KORE_DELTANET_CHUNKED_MIN").ok().map(|v| v.parse().unwrap());
-    let opts = kore_engine::EngineOptions { kernels, deltanet_chunked_min, ..Default::default() };
-    opts.apply().unwrap();
-    if let Some(path) = kernels {
-        assert_eq!(kore_engine::simd::active(), path, "EngineOptions::apply forces the path");
-    }
+    // f32 KV: the tolerance of these tests holds only with it (f16 is the default).
+    let kv = kore_engine::state::KvPrecision::F32;
+    kore_engine::EngineOptions { kernels, deltanet_chunked_min, kv }
 }
 
 fn load(dir: &Path) -> HfModelDir {
-    apply_options_from_env();
     HfModelDir::open(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+}
+
+/// The model of `hf` with the options from the environment.
+fn open_model(hf: &HfModelDir) -> Model<'_> {
+    let opts = options_from_env();
+    let mut m = hf.model().unwrap();
+    m.set_options(&opts).unwrap();
+    if let Some(path) = opts.kernels {
+        assert_eq!(m.kernels(), path, "Model::set_options sets the path");
+    }
+    m
 }
 
 #[test]
 fn prefill_logits_match_transformers_at_every_position() {
     for dir in model_fixtures() {
         let hf = load(&dir);
-        let model = hf.model().unwrap();
+        let model = open_model(&hf);
         let v = model.config.vocab_size;
         for (i, c) in cases(&dir).iter().enumerate() {
             let mut st = model.new_state();
@@ -119,7 +127,7 @@ fn prefill_logits_match_transformers_at_every_position() {
 fn greedy_decoding_matches_transformers_token_for_token() {
     for dir in model_fixtures() {
         let hf = load(&dir);
-        let model = hf.model().unwrap();
+        let model = open_model(&hf);
         let v = model.config.vocab_size;
         for (i, c) in cases(&dir).iter().enumerate() {
             let mut st = model.new_state();
@@ -150,7 +158,7 @@ fn prefill_in_pieces_equals_one_batch() {
     // change anything: the caches carry the sequence.
     for dir in model_fixtures() {
         let hf = load(&dir);
-        let model = hf.model().unwrap();
+        let model = open_model(&hf);
         let v = model.config.vocab_size;
         let c = cases(&dir).into_iter().max_by_key(|c| c.prompt.len()).unwrap();
         let split = c.prompt.len() / 3 + 1;
@@ -170,7 +178,7 @@ fn prefill_in_pieces_equals_one_batch() {
 fn state_clone_is_a_checkpoint_and_reset_restarts() {
     let dir = fixtures_dir().join("mixed_f32_untied");
     let hf = load(&dir);
-    let model: Model<'_> = hf.model().unwrap();
+    let model: Model<'_> = open_model(&hf);
     let c = &cases(&dir)[1];
     let mut st = model.new_state();
     model.forward(&mut st, &c.prompt, Logits::Last).unwrap();
@@ -187,7 +195,7 @@ fn state_clone_is_a_checkpoint_and_reset_restarts() {
 #[test]
 fn mtp_weights_are_carried_and_the_trunk_hidden_state_is_exposed() {
     let hf = load(&fixtures_dir().join("mixed_bf16_mm_sharded_mtp"));
-    let model = hf.model().unwrap();
+    let model = open_model(&hf);
     let mtp = model.mtp.as_ref().expect("mtp weights loaded");
     let h = model.config.hidden_size;
     assert_eq!((mtp.fc.rows(), mtp.fc.cols()), (h, 2 * h));
@@ -201,5 +209,5 @@ fn mtp_weights_are_carried_and_the_trunk_hidden_state_is_exposed() {
     assert_eq!(model.logits(st.last_hidden()), logits);
     // Fixtures without MTP tensors load without them.
     let plain = load(&fixtures_dir().join("mixed_f32_untied"));
-    assert!(plain.model().unwrap().mtp.is_none());
+    assert!(open_model(&plain).mtp.is_none());
 }

@@ -39,13 +39,13 @@ fn reference_tests_pass_on_every_forced_path() {
     }
 }
 
-/// Without options the engine picks the best path (the re-runs above check
-/// that `EngineOptions::apply` forces each one).
+/// Without options a model runs the best path (the re-runs above check that
+/// `Model::set_options` sets each one).
 #[test]
 fn the_default_path_is_the_best() {
-    if std::env::var("KORE_KERNELS").is_err() {
-        assert_eq!(kore_engine::simd::active(), kore_engine::simd::best());
-    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mixed_f32_untied");
+    let hf = HfModelDir::open(&dir).unwrap();
+    assert_eq!(hf.model().unwrap().kernels(), kore_engine::simd::best());
 }
 
 #[test]

@@ -8,16 +8,13 @@
 //! other-shape and other-version files.
 
 use std::path::Path as FsPath;
-use std::sync::Mutex;
 
 use kore_engine::hf::HfModelDir;
-use kore_engine::simd::{self, Path};
+use kore_engine::simd::Path;
 use kore_engine::snapshot::file::{self, FileError, Identity};
 use kore_engine::snapshot::{self, split_exact, Fixed, KvSpan, Shape};
 use kore_engine::state::KvPrecision;
 use kore_engine::{Model, SeqInput, State};
-
-static KERNELS: Mutex<()> = Mutex::new(());
 
 fn tiny() -> HfModelDir {
     HfModelDir::open(&FsPath::new(env!("CARGO_MANIFEST_DIR")).join("../../model-packs/tiny-hf"))
@@ -47,28 +44,26 @@ fn bits(x: &[f32]) -> Vec<u32> {
 }
 
 fn id(model: &Model<'_>) -> Identity {
-    Identity { pack: [7; 32], shape: Shape::of(&model.config), kv: KvPrecision::initial() }
+    Identity { pack: [7; 32], shape: Shape::of(&model.config), kv: model.options().kv }
 }
 
 /// Every path but the opt-in AMX one (where results depend on the cut).
-fn each_path(mut f: impl FnMut(Path)) {
-    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
+fn each_path<'a>(model: &mut Model<'a>, mut f: impl FnMut(&Model<'a>, Path)) {
     for p in Path::ALL.into_iter().filter(|p| p.supported() && *p != Path::Amx) {
-        simd::force(Some(p)).unwrap();
-        assert!(snapshot::cuts_exact(), "{}", p.name());
-        f(p);
+        model.set_kernels(p).unwrap();
+        assert!(snapshot::cuts_exact(model), "{}", p.name());
+        f(model, p);
     }
-    simd::force(None).unwrap();
 }
 
 #[test]
 fn cut_and_resumed_prefills_equal_one_call_on_every_path() {
     let hf = tiny();
-    let model = hf.model().unwrap();
+    let mut model = hf.model().unwrap();
     let tokens = prompt(2300, 11, model.config.vocab_size);
-    each_path(|p| {
+    each_path(&mut model, |model, p| {
         let mut one = model.new_state();
-        let whole = run(&model, &mut one, &tokens);
+        let whole = run(model, &mut one, &tokens);
         // Cuts a cache makes: the prefill grid, a message boundary at 1000,
         // and a 17-token call past 2048 (still exact).
         let cuts = [0, 512, 1000, 1024, 2048, 2283, 2300];
@@ -77,7 +72,7 @@ fn cut_and_resumed_prefills_equal_one_call_on_every_path() {
         let mut at_1000 = None;
         for w in cuts.windows(2) {
             assert!(split_exact(w[0], w[1] - w[0]));
-            last = run(&model, &mut state, &tokens[w[0]..w[1]]);
+            last = run(model, &mut state, &tokens[w[0]..w[1]]);
             if w[1] == 1000 {
                 at_1000 = Some((KvSpan::capture(&state, 0..1000), Fixed::capture(&state)));
             }
@@ -90,16 +85,16 @@ fn cut_and_resumed_prefills_equal_one_call_on_every_path() {
         let mut resumed = one.clone();
         snapshot::restore(&mut resumed, &[&head, &tail], &fixed).unwrap();
         assert_eq!(resumed.position(), 1000);
-        let got = run(&model, &mut resumed, &tokens[1000..]);
+        let got = run(model, &mut resumed, &tokens[1000..]);
         assert_eq!(bits(&got), bits(&whole), "{}: resumed from memory", p.name());
         // Through a checkpoint file.
-        let bytes = file::encode_to_vec(&id(&model), &tokens[..1000], &[&head, &tail], &fixed);
-        assert_eq!(bytes.len(), file::file_bytes(&id(&model), 1000));
-        let d = file::decode(&bytes, &id(&model)).unwrap();
+        let bytes = file::encode_to_vec(&id(model), &tokens[..1000], &[&head, &tail], &fixed);
+        assert_eq!(bytes.len(), file::file_bytes(&id(model), 1000));
+        let d = file::decode(&bytes, &id(model)).unwrap();
         assert_eq!(d.tokens, tokens[..1000]);
         let mut from_file = model.new_state();
         snapshot::restore(&mut from_file, &[&d.kv], &d.fixed).unwrap();
-        let got = run(&model, &mut from_file, &tokens[1000..]);
+        let got = run(model, &mut from_file, &tokens[1000..]);
         assert_eq!(bits(&got), bits(&whole), "{}: resumed from a file", p.name());
     });
 }
@@ -107,16 +102,16 @@ fn cut_and_resumed_prefills_equal_one_call_on_every_path() {
 #[test]
 fn decode_steps_equal_a_prefill_up_to_2048_positions() {
     let hf = tiny();
-    let model = hf.model().unwrap();
+    let mut model = hf.model().unwrap();
     let tokens = prompt(2048, 5, model.config.vocab_size);
-    each_path(|p| {
+    each_path(&mut model, |model, p| {
         let mut one = model.new_state();
-        let whole = run(&model, &mut one, &tokens);
+        let whole = run(model, &mut one, &tokens);
         let mut state = model.new_state();
-        let mut last = run(&model, &mut state, &tokens[..2040]);
+        let mut last = run(model, &mut state, &tokens[..2040]);
         for (i, t) in tokens[2040..].iter().enumerate() {
             assert!(split_exact(2040 + i, 1));
-            last = run(&model, &mut state, std::slice::from_ref(t));
+            last = run(model, &mut state, std::slice::from_ref(t));
         }
         assert_eq!(bits(&last), bits(&whole), "{}", p.name());
     });
@@ -131,7 +126,6 @@ fn a_cut_split_exact_refuses_does_change_the_result() {
     let hf = tiny();
     let model = hf.model().unwrap();
     let tokens = prompt(2100, 3, model.config.vocab_size);
-    let _turn = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
     let mut one = model.new_state();
     let whole = run(&model, &mut one, &tokens);
     let mut state = model.new_state();
@@ -174,7 +168,7 @@ fn bad_checkpoint_files_are_refused() {
     assert_eq!(file::decode(&bytes, &foreign).unwrap_err(), FileError::ForeignPack);
     let shape = Identity { shape: Shape { kv_row: me.shape.kv_row + 1, ..me.shape }, ..me };
     assert_eq!(file::decode(&bytes, &shape).unwrap_err(), FileError::Shape);
-    let other_kv = KvPrecision::F16;
+    let other_kv = if me.kv == KvPrecision::F16 { KvPrecision::F32 } else { KvPrecision::F16 };
     let kv = Identity { kv: other_kv, ..me };
     assert_eq!(file::decode(&bytes, &kv).unwrap_err(), FileError::Shape);
     let mut version = bytes.clone();
@@ -196,7 +190,7 @@ fn the_sizing_counts_what_states_hold() {
     let mut state = model.new_state();
     run(&model, &mut state, &prompt(100, 1, model.config.vocab_size));
     let kv = state.kv_bytes();
-    assert_eq!(shape.kv_bytes(100, KvPrecision::initial()), kv);
+    assert_eq!(shape.kv_bytes(100, model.options().kv), kv);
     assert_eq!(shape.fixed_bytes() + kv, state.bytes());
     assert_eq!(KvSpan::capture(&state, 0..100).bytes(), kv);
     assert_eq!(Fixed::capture(&state).bytes(), shape.fixed_bytes());

@@ -10,10 +10,12 @@ fn a_limited_xcr0_caps_the_kernel_path() {
     assert!(!Path::Avx512.supported() && !Path::Avx512Vnni.supported() && !Path::Amx.supported());
     let want = if host == Path::Generic { Path::Generic } else { Path::Avx2 };
     assert_eq!(simd::best(), want);
-    assert_eq!(simd::active(), want);
+    let forced = kore_engine::EngineOptions { kernels: Some(Path::Avx512), ..Default::default() };
+    assert!(forced.check().is_err(), "AVX-512 cannot be chosen without ZMM state");
     simd::limit_xcr0(0x3); // x87 | SSE
     assert_eq!(simd::best(), Path::Generic);
-    assert!(simd::force(Some(Path::Avx2)).is_err(), "AVX2 cannot be forced without YMM state");
+    let forced = kore_engine::EngineOptions { kernels: Some(Path::Avx2), ..Default::default() };
+    assert!(forced.check().is_err(), "AVX2 cannot be chosen without YMM state");
     simd::limit_xcr0(u64::MAX);
     assert_eq!(simd::best(), host);
 }

@@ -34,6 +34,10 @@ pub struct BenchRequest {
     /// With `mtp` > 0: lm_head rows the drafts score (`None` = engine default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_vocab: Option<u32>,
+    /// Positions of context before the prompt: prefill and decode are
+    /// measured at this depth (`None` = 0; llama-bench's `-d`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u32>,
 }
 
 impl BenchRequest {
@@ -47,6 +51,7 @@ impl BenchRequest {
             ("concurrency", self.concurrency, 1, 256),
             ("rounds", self.rounds, 1, 1000),
             ("draft_vocab", self.draft_vocab, 1, 1 << 24),
+            ("depth", self.depth, 0, 1 << 24),
         ];
         for (name, value, min, max) in fields {
             if let Some(v) = value.filter(|v| !(min..=max).contains(v)) {
@@ -99,6 +104,11 @@ pub struct BenchReport {
     pub threads: u32,
     /// The kernel path the engine ran (`generic`, `avx2`, `avx512`, `avx512vnni`).
     pub kernels: String,
+    /// Positions of context before the prompt (the request's `depth`).
+    pub depth: u32,
+    /// KV cache bytes a decode step reads (every attention layer's keys and
+    /// values at the decode's depth, in the model's KV precision).
+    pub kv_bytes_per_step: u64,
     /// Share of the prefill's time per part of the forward (`trunk_matmuls`,
     /// `deltanet`, `attention`, `head`, `rest`; `kore_engine::profile`),
     /// absent where nothing was counted.

@@ -87,10 +87,6 @@ fn main() -> u32 {
             return exit::BAD_PACK;
         }
     };
-    if let Err(e) = cmd.engine.apply() {
-        println!("kore-appliance: kernels: {e}");
-        return exit::BAD_CMDLINE;
-    }
     let mut model = match pack.model() {
         Ok(m) => m,
         Err(e) => {
@@ -98,6 +94,10 @@ fn main() -> u32 {
             return exit::BAD_PACK;
         }
     };
+    if let Err(e) = model.set_options(&cmd.engine) {
+        println!("kore-appliance: kernels: {e}");
+        return exit::BAD_CMDLINE;
+    }
     // Every heavy op of the forward pass splits its rows over all vCPUs.
     model.set_pool(&pool::POOL);
     let tokenizer = match Tokenizer::from_json(pack.tokenizer_json) {
@@ -116,7 +116,7 @@ fn main() -> u32 {
         model.config.num_layers(),
         model.config.vocab_size,
         pack.manifest.context_length,
-        kore_engine::simd::active().name(),
+        model.kernels().name(),
         model.pool().workers(),
     );
     if let Some(n) = cmd.bench {

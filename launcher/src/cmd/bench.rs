@@ -72,8 +72,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
 }
 
 /// The protocol request: the flags, then the developer knobs of
-/// docs/developer.md (`KORE_BENCH_PROMPT_TOKENS`, `KORE_BENCH_DECODE_TOKENS`,
-/// `KORE_BENCH_ROUNDS`, `KORE_BENCH_DRAFT_VOCAB`) where a flag is absent.
+/// docs/user-guide.md (`KORE_BENCH_PROMPT_TOKENS`, `KORE_BENCH_DECODE_TOKENS`,
+/// `KORE_BENCH_DEPTH`, `KORE_BENCH_ROUNDS`, `KORE_BENCH_DRAFT_VOCAB`) where a
+/// flag is absent.
 fn request(args: &BenchArgs) -> Result<BenchRequest> {
     let small = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     let r = BenchRequest {
@@ -84,6 +85,7 @@ fn request(args: &BenchArgs) -> Result<BenchRequest> {
         concurrency: (args.concurrency > 1).then_some(args.concurrency),
         rounds: crate::env::count("KORE_BENCH_ROUNDS")?,
         draft_vocab: crate::env::count("KORE_BENCH_DRAFT_VOCAB")?,
+        depth: args.depth.or(crate::env::count("KORE_BENCH_DEPTH")?),
     };
     if r.mtp.is_some_and(|m| m > 0) && args.concurrency > 1 {
         return Err(LaunchError::Usage(format!(
@@ -142,6 +144,13 @@ fn text_lines(p: &Printed<'_>) -> Vec<String> {
                 .collect();
             lines.push(format!("{what} time: {}", parts.join(" | ")));
         }
+    }
+    if r.depth > 0 {
+        lines.push(format!(
+            "at depth {}: {:.3} GB of KV read per decode step",
+            r.depth,
+            r.kv_bytes_per_step as f64 / 1e9
+        ));
     }
     if let (Some(ms), Some(gbps)) = (p.boot_to_ready_ms, p.preload_gbps) {
         lines.push(format!("boot to ready {ms:.0} ms, preload {gbps:.2} GB/s"));

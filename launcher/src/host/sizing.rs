@@ -41,8 +41,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
-/// Bytes per KV-cache element: the guest engine keeps its cache in f32
-/// (`kore_engine::state::KvPrecision::F32`, the default; f16 only natively with `KORE_KV`).
+/// Bytes per KV-cache element the sizing allows: f32's, the larger of the two
+/// (`KORE_KV=f32`); the default f16 (`kore_engine::state::KvPrecision`) needs half.
 pub const KV_BYTES: u64 = 4;
 /// The KV cache grows by doubling (`Vec`), so it may hold up to twice what it uses.
 pub const KV_GROWTH: u64 = 2;

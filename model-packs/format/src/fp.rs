@@ -7,6 +7,19 @@
 pub const E2M1_VALUES: [f32; 16] =
     [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
 
+/// Twice each E2M1 value, as integers (code order as [`E2M1_VALUES`]): every
+/// E2M1 value times 2 is an integer in -12..=12, so int8 kernels multiply
+/// these exactly and halve the activation scale instead.
+pub const E2M1_DOUBLED: [i8; 16] = {
+    let mut t = [0i8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (E2M1_VALUES[i] * 2.0) as i8;
+        i += 1;
+    }
+    t
+};
+
 /// Largest E2M1 magnitude.
 pub const E2M1_MAX: f32 = 6.0;
 
@@ -99,6 +112,15 @@ mod tests {
             assert_eq!(e2m1_to_f32(code).to_bits(), want.to_bits(), "code {code}");
         }
         assert_eq!(E2M1_VALUES[7], E2M1_MAX);
+    }
+
+    #[test]
+    fn doubled_e2m1_is_twice_the_values() {
+        for code in 0..16 {
+            assert_eq!(f32::from(E2M1_DOUBLED[code]), 2.0 * E2M1_VALUES[code], "code {code}");
+        }
+        assert_eq!(E2M1_DOUBLED[7], 12);
+        assert_eq!(E2M1_DOUBLED[15], -12);
     }
 
     #[test]

@@ -93,12 +93,17 @@ fn nvfp4_import_quantizes_exactly_and_stays_close() {
     // a kernel path with f32 activations: the `avx512vnni` and `avx2` paths
     // quantize NVFP4 activations to int8 by design (their own agreement
     // tests are in kore-engine), which is not what this checks.
-    use kore_engine::simd::{active, force, Path as K};
-    match active() {
-        K::Avx512Vnni => force(Some(K::Avx512)).unwrap(),
-        K::Avx2 => force(Some(K::Generic)).unwrap(),
-        _ => {}
-    }
+    let tokens: Vec<u32> = (0..24).map(|i| (i * 37 % 300) as u32).collect();
+    use kore_engine::simd::{best, Path as K};
+    let path = match best() {
+        K::Avx512Vnni | K::Amx => K::Avx512,
+        K::Avx2 => K::Generic,
+        p => p,
+    };
+    let on_path = |mut m: kore_engine::Model<'_>| {
+        m.set_kernels(path).unwrap();
+        logits_of(&m, &tokens)
+    };
     let deq = temp_dir("hf-dequantized");
     std::fs::copy(hf.join("config.json"), deq.join("config.json")).unwrap();
     let mut specs = Vec::new();
@@ -130,10 +135,9 @@ fn nvfp4_import_quantizes_exactly_and_stays_close() {
         data.push(vals.iter().flat_map(|v| v.to_le_bytes()).collect());
     }
     write_safetensors(&deq.join("model.safetensors"), &specs, &data, 1);
-    let tokens: Vec<u32> = (0..24).map(|i| (i * 37 % 300) as u32).collect();
-    let q = logits_of(&pack.model().unwrap(), &tokens);
+    let q = on_path(pack.model().unwrap());
     let dir = kore_engine::hf::HfModelDir::open(&deq).unwrap();
-    let f = logits_of(&dir.model().unwrap(), &tokens);
+    let f = on_path(dir.model().unwrap());
     let scale = f.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let diff = q.iter().zip(&f).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
     assert!(diff <= 1e-4 * scale.max(1.0), "max |logit difference| {diff} (scale {scale})");

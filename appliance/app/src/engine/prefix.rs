@@ -15,7 +15,6 @@ use alloc::vec::Vec;
 
 use kore_engine::snapshot::file::Identity;
 use kore_engine::snapshot::{self, split_exact};
-use kore_engine::state::KvPrecision;
 use kore_engine::State;
 use kore_service::{GenParams, SeqId};
 
@@ -88,11 +87,11 @@ impl<'m> ModelEngine<'m> {
     }
 
     fn caching(&self) -> bool {
-        self.cache.enabled() && snapshot::cuts_exact()
+        self.cache.enabled() && snapshot::cuts_exact(self.model)
     }
 
     fn identity(&self, pack: [u8; 32]) -> Identity {
-        Identity { pack, shape: *self.cache.shape(), kv: KvPrecision::initial() }
+        Identity { pack, shape: *self.cache.shape(), kv: self.model.options().kv }
     }
 
     /// Sets up plain sequence `s` of `prompt`: checkpoint positions, the
@@ -135,8 +134,8 @@ impl<'m> ModelEngine<'m> {
         let hit = self.cache.lookup(prompt, &ok).filter(|h| h.depth > from);
         let mem = hit.map_or(from, |h| h.depth);
         if let Some((store, pack)) = self.store.as_mut() {
-            let id =
-                Identity { pack: *pack, shape: *self.cache.shape(), kv: KvPrecision::initial() };
+            let kv = s.state.kv_precision();
+            let id = Identity { pack: *pack, shape: *self.cache.shape(), kv };
             if let Some(d) = store.fetch(prompt, mem, &ok, &id) {
                 let depth = d.tokens.len();
                 if snapshot::restore(&mut s.state, &[&d.kv], &d.fixed).is_ok() {
@@ -218,7 +217,8 @@ impl<'m> ModelEngine<'m> {
     ) {
         let id = match store.as_ref() {
             Some((_, pack)) if persist => {
-                Some(Identity { pack: *pack, shape: *cache.shape(), kv: KvPrecision::initial() })
+                let kv = state.kv_precision();
+                Some(Identity { pack: *pack, shape: *cache.shape(), kv })
             }
             _ => None,
         };

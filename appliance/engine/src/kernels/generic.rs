@@ -1,8 +1,10 @@
-//! Portable row kernels: the twin every SIMD kernel is tested against, and
-//! the path on CPUs without AVX2. A row is decoded to f32 once
-//! (`Linear::decode_row`) and dotted with each token's activations.
+//! The portable kernels: the twin every SIMD kernel is tested against, and
+//! the path on CPUs without AVX2 (llama.cpp's generic `quants.c` in that
+//! role). A weight row is decoded to f32 once (`Linear::decode_row`) and
+//! dotted with each token's activations; the attention kernels take the
+//! same shapes as their SIMD twins.
 
-use super::{DeltaToken, Mat, MatMut};
+use crate::simd::types::{DeltaToken, KvElem, Mat, MatMut, TILE};
 use crate::weights::Linear;
 
 /// One weight row `r` against `n` tokens of `x` (`[n, cols]`, unpermuted):
@@ -12,7 +14,7 @@ pub fn row(
     r: usize,
     x: &[f32],
     n: usize,
-    out: &mut [f32; super::TILE],
+    out: &mut [f32; TILE],
     scratch: &mut [f32],
 ) {
     let cols = w.cols();
@@ -99,4 +101,76 @@ pub fn gemm_acc(m: usize, n: usize, k: usize, a: Mat<'_>, b: Mat<'_>, c: MatMut<
             }
         }
     }
+}
+
+/// Scores of `g` query heads (`q`: `[g, hd]`) against `n` keys (row `s` at
+/// `keys[s * stride..][..hd]`), times `scale`: `out[gi * ostride + s]`.
+#[allow(clippy::too_many_arguments)]
+pub fn scores<E: KvElem>(
+    q: &[f32],
+    g: usize,
+    hd: usize,
+    keys: &[E],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+    ostride: usize,
+    scale: f32,
+) {
+    for s in 0..n {
+        let k = &keys[s * stride..s * stride + hd];
+        for gi in 0..g {
+            out[gi * ostride + s] = dot8(&q[gi * hd..(gi + 1) * hd], k) * scale;
+        }
+    }
+}
+
+/// Dot product with 8 partial sums (as [`dot`]).
+fn dot8<E: KvElem>(a: &[f32], b: &[E]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y.to_f32()).sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i].to_f32();
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `o[gi] += sum_s p[gi * pstride + s] * value[s]` for `g` heads (`o`:
+/// `[g, hd]`) over `n` value rows (row `s` at `values[s * stride..][..hd]`).
+#[allow(clippy::too_many_arguments)]
+pub fn accumulate<E: KvElem>(
+    p: &[f32],
+    pstride: usize,
+    g: usize,
+    hd: usize,
+    values: &[E],
+    stride: usize,
+    n: usize,
+    o: &mut [f32],
+) {
+    for s in 0..n {
+        let v = &values[s * stride..s * stride + hd];
+        for gi in 0..g {
+            let w = p[gi * pstride + s];
+            for (a, b) in o[gi * hd..(gi + 1) * hd].iter_mut().zip(v) {
+                *a += w * b.to_f32();
+            }
+        }
+    }
+}
+
+/// `x = exp(x - m)` in place on `libm::expf` (which the SIMD paths'
+/// polynomial, `exp::exp`, matches to 1 ulp: the generic path keeps the
+/// engine's numerics before the polynomial existed, bit for bit); returns
+/// the sum of the results.
+pub fn exp_shift_sum(x: &mut [f32], m: f32) -> f32 {
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = libm::expf(*v - m);
+        sum += *v;
+    }
+    sum
 }

@@ -5,10 +5,14 @@
 //! `[even | odd]` columns for `simd::avx2_q8`), and per lane's group of
 //! columns the scale (halved: the kernels' E2M1 values are doubled) and
 //! `-OFFSET * sum(q)` (the unsigned-offset correction of the VNNI and AVX2
-//! kernels, whose E2M1 bytes are offset by +12).
+//! kernels, whose E2M1 bytes are offset by +12). The SIMD quantizer of a
+//! chunk is the path's (`kernels::dispatch`); this module holds the rule.
 
 use alloc::vec;
 use alloc::vec::Vec;
+
+use super::dispatch::Isa;
+use crate::simd::types::{NVFP4_OFFSET as OFFSET_Q8, Q8_OFFSET as OFFSET_HEAD};
 
 /// Activations quantized per 16-column block: `q = round(x * 127 / amax)`,
 /// laid out per full chunk of columns as a kernel wants them; per `group`
@@ -97,13 +101,18 @@ pub fn round_q8(x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// [`Q8`] of `x` (`[tokens, cols]`) in `layout`: AVX-512 for full chunks
-/// when `simd` (bit-identical to [`q8_block`]; a chunk with a NaN or an
-/// infinity takes the scalar path), [`q8_block`] for the rest. Columns after
-/// the last full chunk stay in natural order. `simd` needs
-/// [`Layout::BlockLanes`].
-pub(super) fn quantize_q8(x: &[f32], tokens: usize, cols: usize, layout: Layout, simd: bool) -> Q8 {
-    debug_assert!(!simd || layout == Layout::BlockLanes);
+/// [`Q8`] of `x` (`[tokens, cols]`) in `layout`: the SIMD quantizer of
+/// `simd`'s path for full chunks (AVX-512 for [`Layout::BlockLanes`], AVX2
+/// for [`Layout::EvenOdd`]; bit-identical to [`q8_block`]; a chunk with a
+/// NaN or an infinity takes the scalar rule), [`q8_block`] for the rest.
+/// Columns after the last full chunk stay in natural order.
+pub(super) fn quantize_q8(
+    x: &[f32],
+    tokens: usize,
+    cols: usize,
+    layout: Layout,
+    simd: Option<Isa>,
+) -> Q8 {
     let (chunk, group) = (layout.chunk(), layout.group());
     let mut q = vec![0i8; tokens * cols];
     let mut corr = vec![0i32; tokens * cols / group];
@@ -117,10 +126,11 @@ pub(super) fn quantize_q8(x: &[f32], tokens: usize, cols: usize, layout: Layout,
         let mut c0 = 0;
         while c0 < cols {
             let g = c0 / group;
-            if simd && c0 % chunk == 0 && c0 < full {
+            if let Some(isa) = simd.filter(|_| c0 % chunk == 0 && c0 < full) {
                 let ends = (c0 + chunk, g + chunk / group);
                 let (xc, qc) = (&xt[c0..ends.0], &mut row[c0..ends.0]);
-                if q8_chunk_simd(xc, qc, &mut corr[g..ends.1], &mut scale[g..ends.1]) {
+                let (cc, sc) = (&mut corr[g..ends.1], &mut scale[g..ends.1]);
+                if q8_chunk_simd(isa, layout, xc, qc, cc, sc) {
                     c0 += chunk;
                     continue;
                 }
@@ -165,33 +175,43 @@ pub(super) fn quantize_q8_lanes(x: &[f32], tokens: usize, cols: usize) -> Q8 {
     Q8 { group: 4, q, corr, scale }
 }
 
-/// One 256-column chunk through `simd::avx512vnni::q8_chunk256` (its
-/// layout is [`Layout::BlockLanes`]); false if the scalar path must take it.
+/// One full chunk through the path's SIMD quantizer for `layout` (AVX-512
+/// for 256-column [`Layout::BlockLanes`], AVX2 for 64-column
+/// [`Layout::EvenOdd`]); false if the scalar rule must take it.
 #[cfg(target_arch = "x86_64")]
-fn q8_chunk_simd(x: &[f32], q: &mut [i8], corr: &mut [i32], scale: &mut [f32]) -> bool {
-    let (Ok(x), Ok(q), Ok(corr), Ok(scale)) =
-        (x.try_into(), q.try_into(), corr.try_into(), scale.try_into())
-    else {
-        return false;
-    };
-    // SAFETY: callers pass `simd` only when the AVX-512 VNNI features are
-    // present (the VNNI path, or the test that checks them).
-    unsafe { crate::simd::avx512vnni::q8_chunk256(x, q, corr, scale) }
+fn q8_chunk_simd(
+    isa: Isa,
+    layout: Layout,
+    x: &[f32],
+    q: &mut [i8],
+    corr: &mut [i32],
+    scale: &mut [f32],
+) -> bool {
+    use super::dispatch::{q8_chunk256, q8_chunk64};
+    match layout {
+        Layout::BlockLanes => {
+            let (Ok(x), Ok(q), Ok(c), Ok(s)) =
+                (x.try_into(), q.try_into(), corr.try_into(), scale.try_into())
+            else {
+                return false;
+            };
+            q8_chunk256(isa, x, q, c, s)
+        }
+        Layout::EvenOdd => {
+            let (Ok(x), Ok(q), Ok(c), Ok(s)) =
+                (x.try_into(), q.try_into(), corr.try_into(), scale.try_into())
+            else {
+                return false;
+            };
+            q8_chunk64(isa, x, q, c, s)
+        }
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn q8_chunk_simd(_: &[f32], _: &mut [i8], _: &mut [i32], _: &mut [f32]) -> bool {
+fn q8_chunk_simd(_: Isa, _: Layout, _: &[f32], _: &mut [i8], _: &mut [i32], _: &mut [f32]) -> bool {
     false
 }
-
-#[cfg(target_arch = "x86_64")]
-const OFFSET_Q8: i32 = crate::simd::avx512vnni::OFFSET;
-#[cfg(target_arch = "x86_64")]
-const OFFSET_HEAD: i32 = crate::simd::vnni_q8::OFFSET;
-#[cfg(not(target_arch = "x86_64"))]
-const OFFSET_HEAD: i32 = 128;
-#[cfg(not(target_arch = "x86_64"))]
-const OFFSET_Q8: i32 = 12;
 
 #[cfg(test)]
 mod tests {
@@ -233,21 +253,26 @@ mod tests {
 
     #[test]
     fn simd_quantization_is_bit_identical_to_scalar() {
-        if !crate::simd::features().avx512vnni {
-            eprintln!("no AVX-512 VNNI on this CPU: the SIMD quantizer is never used here");
-            return;
-        }
-        for (cols, tokens) in [(128, 1), (256, 3), (400, 2), (2048, 2), (16, 1)] {
-            for seed in 0..12 {
-                let x = activations(cols * tokens, seed, seed % 3 == 0);
-                let (a, b) = (
-                    quantize_q8(&x, tokens, cols, Layout::BlockLanes, true),
-                    quantize_q8(&x, tokens, cols, Layout::BlockLanes, false),
-                );
-                assert_eq!(a.q, b.q, "q, cols {cols} tokens {tokens} seed {seed}");
-                assert_eq!(a.corr, b.corr, "corr, cols {cols} tokens {tokens} seed {seed}");
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&a.scale), bits(&b.scale), "scale, cols {cols} seed {seed}");
+        use crate::simd::Path;
+        let cases = [(Path::Avx512Vnni, Layout::BlockLanes), (Path::Avx2, Layout::EvenOdd)];
+        for (path, layout) in cases {
+            if !path.supported() {
+                eprintln!("no {} on this CPU: its SIMD quantizer is never used here", path.name());
+                continue;
+            }
+            for (cols, tokens) in [(128, 1), (256, 3), (400, 2), (2048, 2), (16, 1), (80, 2)] {
+                for seed in 0..12 {
+                    let x = activations(cols * tokens, seed, seed % 3 == 0);
+                    let (a, b) = (
+                        quantize_q8(&x, tokens, cols, layout, Some(Isa::new(path))),
+                        quantize_q8(&x, tokens, cols, layout, None),
+                    );
+                    let at = format!("{} cols {cols} tokens {tokens} seed {seed}", path.name());
+                    assert_eq!(a.q, b.q, "q, {at}");
+                    assert_eq!(a.corr, b.corr, "corr, {at}");
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a.scale), bits(&b.scale), "scale, {at}");
+                }
             }
         }
     }

@@ -3,11 +3,13 @@
 //! attention over the KV cache, `o_proj(attn * sigmoid(gate))`.
 //!
 //! The attention itself ([`attend`]) is an online softmax over blocks of
-//! keys (`simd::attn` kernels: scores, exp, weighted value sums, on f32 or f16
-//! caches) with work items of (token, KV head, key piece) taken by the pool's
-//! workers from a shared counter; no allocation per key. For decode (few
-//! tokens) long contexts are cut into fixed pieces merged afterwards, so the
-//! cost per step is linear in the context and spread over every worker.
+//! keys (`kernels::attn`: scores, exp, weighted value sums, on f32 or f16
+//! caches) with work items taken by the pool's workers from a shared
+//! counter; no allocation per key. For decode (few tokens) an item is (token,
+//! KV head, key piece): long contexts are cut into fixed pieces merged
+//! afterwards, so the cost per step is linear in the context and spread over
+//! every worker. For prefill an item is (tile of tokens, KV head)
+//! ([`tiles`]): each block of keys and values is read once per tile.
 
 use alloc::format;
 use alloc::vec;
@@ -16,14 +18,16 @@ use core::ops::Range;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::config::ModelConfig;
-use crate::kernels::{matmul_on, matmuls_on, Product};
+use crate::kernels::attn;
+use crate::kernels::{Exec, KvElem, Product};
 use crate::ops::{exp, rms_norm_1p, rope, sigmoid_in_place};
 use crate::pool::{Parallel, SharedMut};
-use crate::simd::attn::{self, KvElem};
 use crate::simd::Path;
 use crate::state::Kv;
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
+
+mod tiles;
 
 /// Weights of one gated attention layer.
 #[derive(Debug)]
@@ -67,7 +71,7 @@ impl<'a> Attention<'a> {
     pub fn forward(
         &self,
         cfg: &ModelConfig,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
         inv_freq: &[f32],
         x: &[f32],
         tokens: usize,
@@ -75,10 +79,10 @@ impl<'a> Attention<'a> {
         k_cache: &mut Kv,
         v_cache: &mut Kv,
     ) -> Vec<f32> {
-        let mut p = self.project(cfg, pool, x, tokens);
-        let attn = self.mix(cfg, pool, inv_freq, p.rows_mut(0..tokens), pos0, k_cache, v_cache);
+        let mut p = self.project(cfg, ex, x, tokens);
+        let attn = self.mix(cfg, ex, inv_freq, p.rows_mut(0..tokens), pos0, k_cache, v_cache);
         let mut y = vec![0.0; tokens * cfg.hidden_size];
-        matmul_on(pool, &self.o_proj, &attn, tokens, &mut y);
+        ex.matmul(&self.o_proj, &attn, tokens, &mut y);
         y
     }
 
@@ -87,7 +91,7 @@ impl<'a> Attention<'a> {
     pub(crate) fn project(
         &self,
         cfg: &ModelConfig,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
         x: &[f32],
         tokens: usize,
     ) -> Projected {
@@ -98,8 +102,7 @@ impl<'a> Attention<'a> {
             v: vec![0.0; tokens * nkv * hd],     // [T, nkv, hd]
             dims: (nq * hd * 2, nkv * hd),
         };
-        matmuls_on(
-            pool,
+        ex.matmuls(
             tokens,
             &mut [
                 Product::new(&self.q_proj, x, &mut p.qg),
@@ -117,7 +120,7 @@ impl<'a> Attention<'a> {
     pub(crate) fn mix(
         &self,
         cfg: &ModelConfig,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
         inv_freq: &[f32],
         p: ProjRows<'_>,
         pos0: usize,
@@ -141,7 +144,7 @@ impl<'a> Attention<'a> {
 
         let shape = Shape { hd, nq, nkv, tokens, pos0 };
         let mut attn = vec![0.0; tokens * nq * hd]; // [T, nq, hd]
-        let path = crate::simd::active();
+        let (path, pool) = (ex.path, ex.pool);
         match (&*k_cache, &*v_cache) {
             (Kv::F32(kc), Kv::F32(vc)) => attend(path, pool, &shape, qg, kc, vc, &mut attn),
             (Kv::F16(kc), Kv::F16(vc)) => attend(path, pool, &shape, qg, kc, vc, &mut attn),
@@ -151,7 +154,7 @@ impl<'a> Attention<'a> {
         for (g, qh) in gate.chunks_exact_mut(hd).zip(qg.chunks_exact(2 * hd)) {
             g.copy_from_slice(&qh[hd..]);
         }
-        sigmoid_in_place(&mut gate);
+        sigmoid_in_place(path, &mut gate);
         attn.iter_mut().zip(&gate).for_each(|(o, g)| *o *= g);
         attn
     }
@@ -196,7 +199,7 @@ const BLOCK: usize = 256;
 /// the token count and context length, never on the pool: results do not
 /// depend on the number of workers.
 pub(crate) const PIECE: usize = 2048;
-/// See [`PIECE`]; longer calls (prefill) split by token and KV head only.
+/// See [`PIECE`]; longer calls (prefill) take tiles of tokens ([`tiles`]).
 pub(crate) const PIECE_TOKENS: usize = 16;
 /// Below this many multiply-adds attention runs on the caller alone.
 const PARALLEL_MIN: usize = 1 << 16;
@@ -211,13 +214,9 @@ struct Shape {
 }
 
 impl Shape {
-    /// Pieces of a token's KV head over `len` keys.
+    /// Pieces of a token's KV head over `len` keys (decode calls only).
     fn pieces(&self, len: usize) -> usize {
-        if self.tokens <= PIECE_TOKENS {
-            len.div_ceil(PIECE)
-        } else {
-            1
-        }
+        len.div_ceil(PIECE)
     }
 
     /// `(token, kv head, key range)` of work item `i`, given `first[t]` =
@@ -234,7 +233,8 @@ impl Shape {
 
 /// Causal grouped-query attention of `tokens` queries (`qg`: `[T, nq, 2,
 /// hd]`, query then gate) over the cache (`[pos0 + T, nkv, hd]`) into `attn`
-/// (`[T, nq, hd]`, before the gate), split across `pool`.
+/// (`[T, nq, hd]`, before the gate), split across `pool`: pieces of the
+/// context per token for decode calls, tiles of tokens for prefill.
 fn attend<E: KvElem>(
     path: Path,
     pool: &dyn Parallel,
@@ -246,27 +246,23 @@ fn attend<E: KvElem>(
 ) {
     let (hd, nq, nkv) = (sh.hd, sh.nq, sh.nkv);
     let g = nq / nkv;
+    let work: usize = (0..sh.tokens).map(|t| (sh.pos0 + t + 1) * nq * hd).sum();
+    let parallel = work >= PARALLEL_MIN && pool.workers() > 1;
+    if sh.tokens > PIECE_TOKENS {
+        return tiles::attend_tiles(path, pool, sh, qg, keys, values, attn, parallel);
+    }
     let mut first = Vec::with_capacity(sh.tokens + 1);
-    let (mut items, mut work) = (0, 0);
+    let mut items = 0;
     for t in 0..sh.tokens {
         first.push(items);
         items += nkv * sh.pieces(sh.pos0 + t + 1);
-        work += (sh.pos0 + t + 1) * nq * hd;
     }
-    let split = sh.tokens <= PIECE_TOKENS;
-    // Partial results per item when split: running max, sum, unnormalised output.
-    let (mut pm, mut pl, mut po) = if split {
-        (vec![0.0; items * g], vec![0.0; items * g], vec![0.0; items * g * hd])
-    } else {
-        (Vec::new(), Vec::new(), Vec::new())
-    };
+    // Partial results per item: running max, sum, unnormalised output.
+    let (mut pm, mut pl, mut po) =
+        (vec![0.0; items * g], vec![0.0; items * g], vec![0.0; items * g * hd]);
     // Workers write disjoint slots: one work item each, taken from a shared counter.
-    let (out_m, out_l, out_o, out_a) = (
-        SharedMut::new(&mut pm),
-        SharedMut::new(&mut pl),
-        SharedMut::new(&mut po),
-        SharedMut::new(attn),
-    );
+    let (out_m, out_l, out_o) =
+        (SharedMut::new(&mut pm), SharedMut::new(&mut pl), SharedMut::new(&mut po));
     let scale = 1.0 / libm::sqrtf(hd as f32);
     let stride = nkv * hd;
     let next = AtomicUsize::new(0);
@@ -288,32 +284,20 @@ fn attend<E: KvElem>(
             let mut acc = Acc { sc: &mut sc, o: &mut o, m: &mut m, l: &mut l };
             let whole = range.len() == sh.pos0 + t + 1;
             piece(path, (&q, scale), g, hd, kv, stride, range, whole, &mut acc);
-            if split {
-                // SAFETY: item i owns these g (and g * hd) partial slots.
-                unsafe {
-                    out_m.slice(i * g, g).copy_from_slice(&m);
-                    out_l.slice(i * g, g).copy_from_slice(&l);
-                    out_o.slice(i * g * hd, g * hd).copy_from_slice(&o);
-                }
-            } else {
-                // SAFETY: (token t, kv head kvh) is this item's alone: heads
-                // kvh * g..(kvh + 1) * g of token t.
-                let dst = unsafe { out_a.slice((t * nq + kvh * g) * hd, g * hd) };
-                for ((d, s), l) in dst.chunks_exact_mut(hd).zip(o.chunks_exact(hd)).zip(&l) {
-                    let inv = 1.0 / l;
-                    d.iter_mut().zip(s).for_each(|(d, s)| *d = s * inv);
-                }
+            // SAFETY: item i owns these g (and g * hd) partial slots.
+            unsafe {
+                out_m.slice(i * g, g).copy_from_slice(&m);
+                out_l.slice(i * g, g).copy_from_slice(&l);
+                out_o.slice(i * g * hd, g * hd).copy_from_slice(&o);
             }
         }
     };
-    if work < PARALLEL_MIN || pool.workers() == 1 {
-        run(0, 1);
-    } else {
+    if parallel {
         pool.run(&run);
+    } else {
+        run(0, 1);
     }
-    if split {
-        merge(sh, &first, &pm, &pl, &po, attn);
-    }
+    merge(sh, &first, &pm, &pl, &po, attn);
 }
 
 /// Running online-softmax state of one work item (`g` heads).

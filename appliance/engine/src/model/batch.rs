@@ -15,7 +15,6 @@ use core::ops::Range;
 
 use super::deltanet::SeqState;
 use super::{add, ForwardError, Layer, Mixer, Model};
-use crate::kernels::matmul_on;
 use crate::ops::rms_norm_1p_rows;
 use crate::state::{LayerState, State};
 
@@ -96,13 +95,13 @@ impl<'a> Model<'a> {
         x: &mut [f32],
     ) {
         let cfg = &self.config;
-        let pool = self.pool.0;
+        let ex = self.exec();
         let t = x.len() / cfg.hidden_size;
         let mut hn = x.to_vec();
         rms_norm_1p_rows(&mut hn, &layer.input_norm, cfg.rms_norm_eps);
         let (core, out_proj) = match &layer.mixer {
             Mixer::Linear(d) => {
-                let mut p = d.project(cfg, pool, &hn, t);
+                let mut p = d.project(cfg, ex, &hn, t);
                 let mut states: Vec<SeqState<'_>> = seqs
                     .iter_mut()
                     .zip(rows)
@@ -114,10 +113,10 @@ impl<'a> Model<'a> {
                     })
                     .collect();
                 let _p = crate::profile::scope(crate::profile::Part::DeltaNet);
-                (d.mix_batch(cfg, pool, &mut p, &mut states), &d.out_proj)
+                (d.mix_batch(cfg, ex, self.chunked_min, &mut p, &mut states), &d.out_proj)
             }
             Mixer::Full(a) => {
-                let mut p = a.project(cfg, pool, &hn, t);
+                let mut p = a.project(cfg, ex, &hn, t);
                 let _p = crate::profile::scope(crate::profile::Part::Attention);
                 let mut core = Vec::with_capacity(t * cfg.num_attention_heads * cfg.head_dim);
                 for (s, r) in seqs.iter_mut().zip(rows) {
@@ -125,25 +124,17 @@ impl<'a> Model<'a> {
                     let LayerState::Full { k, v } = &mut s.state.layers[i] else {
                         unreachable!("state layout checked in check_input");
                     };
-                    core.extend(a.mix(
-                        cfg,
-                        pool,
-                        &self.inv_freq,
-                        p.rows_mut(r.clone()),
-                        pos0,
-                        k,
-                        v,
-                    ));
+                    core.extend(a.mix(cfg, ex, &self.inv_freq, p.rows_mut(r.clone()), pos0, k, v));
                 }
                 (core, &a.o_proj)
             }
         };
         let mut y = vec![0.0; t * cfg.hidden_size];
-        matmul_on(pool, out_proj, &core, t, &mut y);
+        ex.matmul(out_proj, &core, t, &mut y);
         add(x, &y);
         let mut hn = x.to_vec();
         rms_norm_1p_rows(&mut hn, &layer.post_attention_norm, cfg.rms_norm_eps);
-        add(x, &layer.mlp.forward(pool, &hn, t, &self.expert_reads));
+        add(x, &layer.mlp.forward(ex, &hn, t, &self.expert_reads));
     }
 }
 

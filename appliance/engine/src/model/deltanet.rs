@@ -3,7 +3,7 @@
 //! f32 per-value-head state, the gated RMSNorm and the output projection.
 //! The rule runs token by token (decode, short batches, and whenever the
 //! state after every token is checkpointed for speculative verification) or,
-//! when forced for long enough prompts ([`chunked_min_tokens`]), in the
+//! when chosen for long enough prompts (`Model::deltanet_chunked_min`), in the
 //! chunked form of [`chunked`] (measured slower here, so off by default).
 
 mod batch;
@@ -15,11 +15,10 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::config::ModelConfig;
-use core::sync::atomic::{AtomicUsize, Ordering};
-
-use crate::kernels::{delta_step, matmul_on, matmuls_on, DeltaToken, Product};
+use crate::kernels::{delta_step_with, silu_in_place, DeltaToken, Exec, Product};
 use crate::ops::{l2_norm, rms_norm_gated, sigmoid, softplus};
-use crate::pool::{split, Parallel, SharedMut};
+use crate::pool::{split, SharedMut};
+use crate::simd::Path;
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
 
@@ -76,46 +75,36 @@ impl<'a> DeltaNet<'a> {
 
     /// Runs `tokens` rows of `x` (`[T, hidden]`, already input-normed) through
     /// the layer, updating `conv_state` and `recurrent`; returns `[T, hidden]`.
-    pub fn forward(
-        &self,
-        cfg: &ModelConfig,
-        pool: &dyn Parallel,
-        x: &[f32],
-        tokens: usize,
-        conv_state: &mut [f32],
-        recurrent: &mut [f32],
-    ) -> Vec<f32> {
-        self.forward_checkpointed(cfg, pool, x, tokens, conv_state, recurrent, None)
-    }
-
-    /// [`DeltaNet::forward`] that appends `conv_state ++ recurrent` to `ckpt`
-    /// after every token (speculative decoding rewinds to any of them).
+    /// With `ckpt`, appends `conv_state ++ recurrent` to it after every token
+    /// (speculative decoding rewinds to any of them); without, forwards of at
+    /// least `chunked_min` tokens take the chunked form.
     #[allow(clippy::too_many_arguments)]
     pub fn forward_checkpointed(
         &self,
         cfg: &ModelConfig,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
+        chunked_min: usize,
         x: &[f32],
         tokens: usize,
         conv_state: &mut [f32],
         recurrent: &mut [f32],
         ckpt: Option<&mut Vec<f32>>,
     ) -> Vec<f32> {
-        let mut p = self.project(cfg, pool, x, tokens);
+        let mut p = self.project(cfg, ex, x, tokens);
         let core = match ckpt {
             // Without checkpoints the conv and gates run per key head across
             // the pool ([`DeltaNet::mix_batch`], the same f32 steps), not on
             // the caller alone.
             None => {
                 let mut one = [SeqState { conv: conv_state, recurrent, rows: 0..tokens }];
-                self.mix_batch(cfg, pool, &mut p, &mut one)
+                self.mix_batch(cfg, ex, chunked_min, &mut p, &mut one)
             }
             Some(c) => {
-                self.mix_checkpointed(cfg, pool, p.rows_mut(0..tokens), conv_state, recurrent, c)
+                self.mix_checkpointed(cfg, ex, p.rows_mut(0..tokens), conv_state, recurrent, c)
             }
         };
         let mut y = vec![0.0; tokens * cfg.hidden_size];
-        matmul_on(pool, &self.out_proj, &core, tokens, &mut y);
+        ex.matmul(&self.out_proj, &core, tokens, &mut y);
         y
     }
 
@@ -124,7 +113,7 @@ impl<'a> DeltaNet<'a> {
     pub(crate) fn project(
         &self,
         cfg: &ModelConfig,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
         x: &[f32],
         tokens: usize,
     ) -> Projected {
@@ -137,8 +126,7 @@ impl<'a> DeltaNet<'a> {
             a: vec![0.0; tokens * hv],
             dims: (cd, vd, hv),
         };
-        matmuls_on(
-            pool,
+        ex.matmuls(
             tokens,
             &mut [
                 Product::new(&self.in_proj_qkv, x, &mut p.qkv),
@@ -158,7 +146,7 @@ impl<'a> DeltaNet<'a> {
     pub(crate) fn mix_checkpointed(
         &self,
         cfg: &ModelConfig,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
         p: ProjRows<'_>,
         conv_state: &mut [f32],
         recurrent: &mut [f32],
@@ -176,7 +164,7 @@ impl<'a> DeltaNet<'a> {
         let mut decay = vec![0.0; tokens * hv]; // [T, Hv]: exp(g)
         for t in 0..tokens {
             let row = &mut qkv[t * cd..(t + 1) * cd];
-            self.conv_step(cfg, row, conv_state);
+            self.conv_step(cfg, ex.path, row, conv_state);
             let (q, rest) = row.split_at_mut(kd);
             self.normalize_qk(cfg, q, &mut rest[..kd]);
             for h in 0..hv {
@@ -200,13 +188,13 @@ impl<'a> DeltaNet<'a> {
                 // SAFETY: head h's state, its output columns and its checkpoint
                 // slices are touched by this worker only (heads split disjointly);
                 // all buffers outlive `pool.run`.
-                unsafe { self.head(cfg, h, &seq, st, out, ck, conv_len) };
+                unsafe { self.head(cfg, ex.path, h, &seq, st, out, ck, conv_len) };
             }
         };
         if tokens * hv * cfg.linear_key_head_dim * cfg.linear_value_head_dim < 1 << 16 {
             heads(0, 1);
         } else {
-            pool.run(&heads);
+            ex.pool.run(&heads);
         }
         core
     }
@@ -222,6 +210,7 @@ impl<'a> DeltaNet<'a> {
     unsafe fn head(
         &self,
         cfg: &ModelConfig,
+        path: Path,
         h: usize,
         seq: &Seq<'_>,
         st: SharedMut,
@@ -248,9 +237,9 @@ impl<'a> DeltaNet<'a> {
             };
             // SAFETY: output columns h*dv.. of token t are ours alone.
             let o = unsafe { out.slice(t * vd + h * dv, dv) };
-            delta_step(s, &tok, &mut u, o);
+            delta_step_with(path, s, &tok, &mut u, o);
             let z = &seq.z[t * vd + h * dv..t * vd + (h + 1) * dv];
-            rms_norm_gated(o, z, &self.norm, cfg.rms_norm_eps);
+            rms_norm_gated(path, o, z, &self.norm, cfg.rms_norm_eps);
             if let Some(ck) = ck {
                 // SAFETY: head h's part of token t's checkpoint is ours alone.
                 let dst = unsafe { ck.slice(t * stride + conv_len + h * dk * dv, dk * dv) };
@@ -266,6 +255,7 @@ impl<'a> DeltaNet<'a> {
     unsafe fn head_chunked(
         &self,
         cfg: &ModelConfig,
+        path: Path,
         h: usize,
         seq: &Seq<'_>,
         st: SharedMut,
@@ -291,9 +281,9 @@ impl<'a> DeltaNet<'a> {
         };
         // SAFETY: per the contract, head h's state slice is ours alone.
         let s = unsafe { st.slice(h * dk * dv, dk * dv) };
-        chunked::run_head(crate::simd::active(), &hs, s, |t, o| {
+        chunked::run_head(path, &hs, s, |t, o| {
             let z = &seq.z[t * vd + h * dv..t * vd + (h + 1) * dv];
-            rms_norm_gated(o, z, &self.norm, cfg.rms_norm_eps);
+            rms_norm_gated(path, o, z, &self.norm, cfg.rms_norm_eps);
             // SAFETY: output columns h*dv.. of token t are ours alone.
             let dst = unsafe { out.slice(t * vd + h * dv, dv) };
             dst.copy_from_slice(o);
@@ -302,7 +292,7 @@ impl<'a> DeltaNet<'a> {
 
     /// Causal depthwise conv + SiLU for one token, in place on `row`
     /// (`[conv_dim]`), rolling the `[kernel-1, conv_dim]` window.
-    fn conv_step(&self, cfg: &ModelConfig, row: &mut [f32], window: &mut [f32]) {
+    fn conv_step(&self, cfg: &ModelConfig, path: Path, row: &mut [f32], window: &mut [f32]) {
         let (cd, k) = (cfg.linear_conv_dim(), cfg.linear_conv_kernel_dim);
         let mut out = vec![0.0; cd];
         for (c, o) in out.iter_mut().enumerate() {
@@ -313,7 +303,7 @@ impl<'a> DeltaNet<'a> {
             }
             *o = acc;
         }
-        crate::simd::silu::silu_in_place(crate::simd::active(), &mut out);
+        silu_in_place(path, &mut out);
         if k > 1 {
             window.copy_within(cd.., 0);
             window[(k - 2) * cd..].copy_from_slice(row);
@@ -377,25 +367,4 @@ struct Seq<'s> {
     /// `[T, Hv]`: `exp(g)`.
     decay: &'s [f32],
     tokens: usize,
-}
-
-/// [`chunked_min_tokens`]: `AUTO` = never chunked (the default).
-static CHUNKED_MIN: AtomicUsize = AtomicUsize::new(AUTO);
-const AUTO: usize = usize::MAX;
-
-/// Whether a DeltaNet forward of `tokens` tokens (without checkpoints)
-/// takes the chunked form: only from the count set with
-/// [`set_chunked_min_tokens`] (by the engine's caller, see
-/// [`crate::EngineOptions`]). By default never: measured on this machine
-/// (docs/benchmarks.md, DeltaNet), the chunked form took 1.2-1.3x less time
-/// than the token-by-token rule on one 128 x 128 head alone but 1.6x more
-/// inside 2b-pack prefill, and 3-4x more on heads of 64 x 64 and smaller.
-pub fn chunked_min_tokens() -> usize {
-    CHUNKED_MIN.load(Ordering::Relaxed)
-}
-
-/// Forces [`chunked_min_tokens`] for every later forward in this process:
-/// `Some(n)` = chunked from `n` tokens, `None` = never (the default).
-pub fn set_chunked_min_tokens(n: Option<usize>) {
-    CHUNKED_MIN.store(n.map_or(AUTO, |n| n.clamp(1, AUTO - 1)), Ordering::Relaxed);
 }

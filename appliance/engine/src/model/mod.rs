@@ -26,16 +26,18 @@ use core::fmt;
 
 pub use attention::Attention;
 pub use batch::{BatchError, SeqInput};
-pub use deltanet::{chunked_min_tokens, set_chunked_min_tokens, DeltaNet};
+pub use deltanet::DeltaNet;
 pub use head::RESCORE_ROWS;
 pub use moe::{ExpertReads, Ffn, Moe};
 pub use mtp::{MtpError, MtpState};
 
 use crate::config::{ConfigError, LayerKind, ModelConfig};
-use crate::kernels::{matmul_on, matmuls_on, Product};
+use crate::kernels::{Exec, Product};
 use crate::ops::{rms_norm_1p_rows, rope_inv_freq, silu_mul};
+use crate::options::EngineOptions;
 use crate::pool::{Parallel, PoolRef};
-use crate::state::{Checkpoints, LayerState, State};
+use crate::simd::{Path, Unsupported};
+use crate::state::{Checkpoints, KvPrecision, LayerState, State};
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
 
@@ -183,6 +185,13 @@ pub struct Model<'a> {
     pool: PoolRef<'a>,
     /// Routed experts read so far (MoE models).
     expert_reads: ExpertReads,
+    /// The kernel path every forward of this model runs (default: the
+    /// fastest this CPU supports).
+    kernels: Path,
+    /// The KV cache precision of this model's new states.
+    kv: KvPrecision,
+    /// DeltaNet's chunked form from this many tokens (`usize::MAX`: never).
+    chunked_min: usize,
 }
 
 /// Which positions' logits a forward returns.
@@ -227,7 +236,6 @@ impl<'a> Model<'a> {
         };
         let mtp = if w.has("mtp.fc.weight") { Some(load_mtp(&w, &config)?) } else { None };
         let inv_freq = rope_inv_freq(config.rope_theta, config.rotary_dim);
-        let pool = PoolRef::default();
         let expert_reads = ExpertReads::default();
         Ok(Model {
             config,
@@ -238,9 +246,59 @@ impl<'a> Model<'a> {
             head_exact,
             mtp,
             inv_freq,
-            pool,
+            pool: PoolRef::default(),
             expert_reads,
+            kernels: crate::simd::best(),
+            kv: KvPrecision::default(),
+            chunked_min: usize::MAX,
         })
+    }
+
+    /// Takes the engine's options for this model's later forwards and new
+    /// states: kernel path, KV precision, DeltaNet's chunked form. Fails,
+    /// changing nothing, when this CPU cannot run the kernel path.
+    pub fn set_options(&mut self, o: &EngineOptions) -> Result<(), Unsupported> {
+        o.check()?;
+        self.kernels = o.path();
+        self.kv = o.kv;
+        self.chunked_min = o.deltanet_chunked_min.map_or(usize::MAX, |n| n.max(1));
+        Ok(())
+    }
+
+    /// The options this model runs with (the kernel path resolved).
+    pub fn options(&self) -> EngineOptions {
+        EngineOptions {
+            kernels: Some(self.kernels),
+            kv: self.kv,
+            deltanet_chunked_min: (self.chunked_min != usize::MAX).then_some(self.chunked_min),
+        }
+    }
+
+    /// Runs later forwards on the kernel path `path`. Fails, changing
+    /// nothing, when this CPU cannot run it.
+    pub fn set_kernels(&mut self, path: Path) -> Result<(), Unsupported> {
+        if !path.supported() {
+            return Err(Unsupported(path));
+        }
+        self.kernels = path;
+        Ok(())
+    }
+
+    /// The kernel path this model's forwards run.
+    pub fn kernels(&self) -> Path {
+        self.kernels
+    }
+
+    /// Where and how this model's products run: its pool and kernel path.
+    pub fn exec(&self) -> Exec<'a> {
+        Exec { pool: self.pool.0, path: self.kernels }
+    }
+
+    /// Forwards (without checkpoints) of at least this many tokens take
+    /// DeltaNet's chunked form (`usize::MAX`: never, the default; measured
+    /// slower here, see `model::deltanet`).
+    pub fn deltanet_chunked_min(&self) -> usize {
+        self.chunked_min
     }
 
     /// Runs the heavy ops of later forwards on `pool` (threads, or vCPUs in the guest).
@@ -253,9 +311,9 @@ impl<'a> Model<'a> {
         self.pool.0
     }
 
-    /// A fresh sequence state for this model.
+    /// A fresh sequence state for this model (its KV precision).
     pub fn new_state(&self) -> State {
-        State::new(&self.config)
+        State::with_kv(&self.config, self.kv)
     }
 
     /// Bytes of weights one decode step of one sequence reads (all layers,
@@ -340,7 +398,7 @@ impl<'a> Model<'a> {
         let n = hidden.len() / self.config.hidden_size;
         let _p = crate::profile::scope(crate::profile::Part::Head);
         let mut out = vec![0.0; n * self.config.vocab_size];
-        matmul_on(self.pool.0, &self.lm_head, hidden, n, &mut out);
+        self.exec().matmul(&self.lm_head, hidden, n, &mut out);
         if let Some(exact) = &self.head_exact {
             head::rescore(exact, hidden, &mut out);
         }
@@ -417,23 +475,25 @@ impl<'a> Model<'a> {
         ckpt: Option<&mut Vec<f32>>,
     ) {
         let cfg = &self.config;
+        let ex = self.exec();
         let mut hn = x.to_vec();
         rms_norm_1p_rows(&mut hn, &layer.input_norm, cfg.rms_norm_eps);
         let mixed = match (&layer.mixer, ls) {
             (Mixer::Linear(d), LayerState::Linear { conv, recurrent }) => {
                 let _p = crate::profile::scope(crate::profile::Part::DeltaNet);
-                d.forward_checkpointed(cfg, self.pool.0, &hn, t, conv, recurrent, ckpt)
+                let min = self.chunked_min;
+                d.forward_checkpointed(cfg, ex, min, &hn, t, conv, recurrent, ckpt)
             }
             (Mixer::Full(a), LayerState::Full { k, v }) => {
                 let _p = crate::profile::scope(crate::profile::Part::Attention);
-                a.forward(cfg, self.pool.0, &self.inv_freq, &hn, t, pos0, k, v)
+                a.forward(cfg, ex, &self.inv_freq, &hn, t, pos0, k, v)
             }
             _ => unreachable!("state layout checked in check_input"),
         };
         add(x, &mixed);
         let mut hn = x.to_vec();
         rms_norm_1p_rows(&mut hn, &layer.post_attention_norm, cfg.rms_norm_eps);
-        add(x, &layer.mlp.forward(self.pool.0, &hn, t, &self.expert_reads));
+        add(x, &layer.mlp.forward(ex, &hn, t, &self.expert_reads));
     }
 
     /// Routed-expert weight bytes read and expert passes made by this
@@ -490,18 +550,17 @@ fn add(x: &mut [f32], y: &[f32]) {
 }
 
 /// SwiGLU: `down(silu(gate(x)) * up(x))` over `[T, hidden]`.
-fn mlp_forward(pool: &dyn Parallel, m: &Mlp<'_>, x: &[f32], t: usize) -> Vec<f32> {
+pub(super) fn mlp_forward(ex: Exec<'_>, m: &Mlp<'_>, x: &[f32], t: usize) -> Vec<f32> {
     let inter = m.gate_proj.rows();
     let mut g = vec![0.0; t * inter];
     let mut u = vec![0.0; t * inter];
-    matmuls_on(
-        pool,
+    ex.matmuls(
         t,
         &mut [Product::new(&m.gate_proj, x, &mut g), Product::new(&m.up_proj, x, &mut u)],
     );
-    silu_mul(&mut g, &u);
+    silu_mul(ex.path, &mut g, &u);
     let mut y = vec![0.0; t * m.down_proj.rows()];
-    matmul_on(pool, &m.down_proj, &g, t, &mut y);
+    ex.matmul(&m.down_proj, &g, t, &mut y);
     y
 }
 

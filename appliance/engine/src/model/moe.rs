@@ -13,7 +13,7 @@
 //! step) are grouped by expert: each expert's gate/up and down run as one
 //! product over all of its tokens, so its weights are read once per forward;
 //! experts with the same token count share one pool run
-//! ([`crate::kernels::matmuls_on`]). A token's result depends only on its own
+//! ([`crate::kernels::Exec::matmuls`]). A token's result depends only on its own
 //! row (the products keep one accumulator per token and the routed outputs
 //! are summed in the token's top-k order), so batching changes no bit.
 
@@ -25,9 +25,8 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::{mlp_forward, Mlp};
 use crate::config::{ModelConfig, MoeConfig};
-use crate::kernels::{matmuls_on, Product};
+use crate::kernels::{Exec, Product};
 use crate::ops::{sigmoid, silu_mul, softmax};
-use crate::pool::Parallel;
 use crate::tensor::TensorSource;
 use crate::weights::{Linear, WeightError, WeightLoader};
 
@@ -106,20 +105,13 @@ impl<'a> Moe<'a> {
 
     /// The block over `x` (`[t, hidden]`, already normed); returns `[t, hidden]`.
     /// Adds the routed experts it read to `reads`.
-    pub fn forward(
-        &self,
-        pool: &dyn Parallel,
-        x: &[f32],
-        t: usize,
-        reads: &ExpertReads,
-    ) -> Vec<f32> {
+    pub fn forward(&self, ex: Exec<'_>, x: &[f32], t: usize, reads: &ExpertReads) -> Vec<f32> {
         let (e, s) = (self.router.rows(), self.shared_expert.gate_proj.rows());
         let mut logits = vec![0.0; t * e];
         let mut sgate = vec![0.0; t];
         let (mut sg, mut su) = (vec![0.0; t * s], vec![0.0; t * s]);
         let shared = &self.shared_expert;
-        matmuls_on(
-            pool,
+        ex.matmuls(
             t,
             &mut [
                 Product::new(&self.router, x, &mut logits),
@@ -128,9 +120,9 @@ impl<'a> Moe<'a> {
                 Product::new(&shared.up_proj, x, &mut su),
             ],
         );
-        let routes = route(&mut logits, e, self.top_k);
+        let routes = route(ex, &mut logits, e, self.top_k);
         let plan = Plan::new(&routes, e, self.top_k);
-        let (ys, down) = self.run_experts(pool, &plan, x, (&mut sg, &su), t);
+        let (ys, down) = self.run_experts(ex, &plan, x, (&mut sg, &su), t);
         reads.note(&plan, self);
         combine(&plan, &routes, &ys, &down, &sgate, self.top_k)
     }
@@ -140,7 +132,7 @@ impl<'a> Moe<'a> {
     /// plan order) and the shared expert's output.
     fn run_experts(
         &self,
-        pool: &dyn Parallel,
+        exec: Exec<'_>,
         plan: &Plan,
         x: &[f32],
         (sg, su): (&mut [f32], &[f32]),
@@ -166,11 +158,11 @@ impl<'a> Moe<'a> {
                 v.push(Product::new(&m.up_proj, xe, ue));
             }
             for (c, mut products) in groups {
-                matmuls_on(pool, c, &mut products);
+                exec.matmuls(c, &mut products);
             }
         }
-        silu_mul(&mut g, &u);
-        silu_mul(sg, su);
+        silu_mul(exec.path, &mut g, &u);
+        silu_mul(exec.path, sg, su);
         let mut ys = vec![0.0; n * h];
         let mut down = vec![0.0; t * h];
         {
@@ -184,7 +176,7 @@ impl<'a> Moe<'a> {
             let sd = Product::new(&self.shared_expert.down_proj, sg, &mut down);
             groups.entry(t).or_default().push(sd);
             for (c, mut products) in groups {
-                matmuls_on(pool, c, &mut products);
+                exec.matmuls(c, &mut products);
             }
         }
         (ys, down)
@@ -204,10 +196,10 @@ impl ExpertReads {
 /// index) and their weights renormalised to sum to 1, as
 /// `Qwen3_5MoeTopKRouter` computes them. `logits` (`[t, e]`) become the
 /// probabilities.
-fn route(logits: &mut [f32], e: usize, k: usize) -> Vec<(u32, f32)> {
+fn route(ex: Exec<'_>, logits: &mut [f32], e: usize, k: usize) -> Vec<(u32, f32)> {
     let mut out = Vec::with_capacity(logits.len() / e.max(1) * k);
     for p in logits.chunks_exact_mut(e) {
-        softmax(p);
+        softmax(ex.path, p);
         let first = out.len();
         for (i, &v) in p.iter().enumerate() {
             let top = &out[first..];
@@ -382,14 +374,14 @@ impl Ffn<'_> {
     /// The block over `x` (`[t, hidden]`, already normed).
     pub(crate) fn forward(
         &self,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
         x: &[f32],
         t: usize,
         reads: &ExpertReads,
     ) -> Vec<f32> {
         match self {
-            Ffn::Dense(m) => mlp_forward(pool, m, x, t),
-            Ffn::Moe(m) => m.forward(pool, x, t, reads),
+            Ffn::Dense(m) => mlp_forward(ex, m, x, t),
+            Ffn::Moe(m) => m.forward(ex, x, t, reads),
         }
     }
 
@@ -406,11 +398,15 @@ impl Ffn<'_> {
 mod tests {
     use super::*;
 
+    fn generic() -> Exec<'static> {
+        Exec { pool: &crate::pool::Serial, path: crate::simd::Path::Generic }
+    }
+
     #[test]
     fn routing_takes_the_top_k_renormalised_and_groups_by_expert() {
         // Two tokens over 4 experts, k = 2.
         let mut logits = vec![0.0, 2.0, 1.0, -1.0, 3.0, 0.0, 0.0, 3.5];
-        let r = route(&mut logits, 4, 2);
+        let r = route(generic(), &mut logits, 4, 2);
         assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), [1, 2, 3, 0]);
         let (a, b) = (1.0f32.exp(), 0.5f32.exp());
         assert!((r[0].1 - a / (a + 1.0)).abs() < 1e-6 && (r[1].1 - 1.0 / (a + 1.0)).abs() < 1e-6);
@@ -424,7 +420,7 @@ mod tests {
     #[test]
     fn ties_go_to_the_lower_index() {
         let mut logits = vec![1.0; 6];
-        let r = route(&mut logits, 6, 3);
+        let r = route(generic(), &mut logits, 6, 3);
         assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), [0, 1, 2]);
         assert!(r.iter().all(|x| (x.1 - 1.0 / 3.0).abs() < 1e-6));
     }

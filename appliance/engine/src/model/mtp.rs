@@ -21,7 +21,6 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::{ForwardError, Model};
-use crate::kernels::matmul_on;
 use crate::ops::rms_norm_1p_rows;
 use crate::state::{Kv, LayerState};
 
@@ -79,9 +78,15 @@ impl Default for MtpState {
 }
 
 impl MtpState {
-    /// An empty cache.
+    /// An empty cache in the default KV precision.
     pub fn new() -> Self {
-        MtpState { pos: 0, layer: LayerState::Full { k: Kv::default(), v: Kv::default() } }
+        Self::with_kv(crate::state::KvPrecision::default())
+    }
+
+    /// An empty cache whose keys and values are `kv` elements (a model's:
+    /// `Model::options().kv`).
+    pub fn with_kv(kv: crate::state::KvPrecision) -> Self {
+        MtpState { pos: 0, layer: LayerState::Full { k: Kv::new(kv), v: Kv::new(kv) } }
     }
 
     /// Positions cached (the next MTP call runs at this position).
@@ -158,7 +163,7 @@ impl Model<'_> {
             row[h..].copy_from_slice(n);
         }
         let mut u = vec![0.0; t * h]; // [T, H]
-        matmul_on(self.pool(), &head.fc, &cat, t, &mut u);
+        self.exec().matmul(&head.fc, &cat, t, &mut u);
         self.layer_forward(&head.layer, &mut mtp.layer, &mut u, t, mtp.pos, None);
         rms_norm_1p_rows(&mut u, &head.norm, eps);
         mtp.pos += t;

@@ -25,9 +25,9 @@ use alloc::vec::Vec;
 use core::arch::asm;
 use core::arch::x86_64::*;
 
-use super::avx512::e4m3x16;
-use super::E4m3Scale;
-use crate::weights::e4m3_to_f32;
+use kore_pack_format::fp::e4m3_to_f32;
+
+use super::x86::{e4m3x16, E4m3Scale, E2M1};
 
 /// Weight rows per A tile (and output rows per C tile).
 pub(crate) const ROWS: usize = 16;
@@ -36,26 +36,9 @@ pub(crate) const TOKENS: usize = 16;
 /// Columns per tile step (32 bf16 = 64 bytes a tile row).
 pub(crate) const K: usize = 32;
 
-/// The E2M1 values by code (bit 3 is the sign).
-const E2M1: [f32; 16] =
-    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
-
 /// Whether the AMX kernel takes a product of `rows x cols`: whole tiles.
 pub(crate) fn fits(rows: usize, cols: usize) -> bool {
     rows % ROWS == 0 && cols % K == 0 && cols > 0
-}
-
-/// `x` rounded to bf16 (nearest even), as f32: what the tiles multiply.
-pub fn round_bf16(x: f32) -> f32 {
-    f32::from_bits(bf16_bits(x) << 16)
-}
-
-fn bf16_bits(x: f32) -> u32 {
-    let b = x.to_bits();
-    if x.is_nan() {
-        return (b >> 16) | 0x40; // quiet, sign kept
-    }
-    (b + 0x7FFF + ((b >> 16) & 1)) >> 16
 }
 
 /// Activations `[tokens, cols]` as B tiles: group `g` of 16 tokens holds
@@ -102,7 +85,7 @@ fn lane_times_tokens() -> __m512i {
     _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0)
 }
 
-/// Each f32 of `x` rounded to bf16 ([`bf16_bits`]) in its high 16 bits.
+/// Each f32 of `x` rounded to bf16 (`types::bf16_bits`) in its high 16 bits.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 fn bf16_high(x: __m512) -> __m512i {
@@ -361,7 +344,12 @@ fn request_tile_state() -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::types::bf16_bits;
     use super::*;
+
+    fn round_bf16(x: f32) -> f32 {
+        f32::from_bits(bf16_bits(x) << 16)
+    }
 
     #[test]
     fn bf16_rounding_is_nearest_even() {
@@ -382,7 +370,7 @@ mod tests {
         x[5] = f32::NAN;
         x[6] = f32::INFINITY;
         x[7] = -f32::MAX;
-        if !crate::simd::features().avx512 {
+        if !std::is_x86_feature_detected!("avx512bw") {
             eprintln!("no AVX-512 on this CPU: the packing is never used here");
             return;
         }

@@ -1,5 +1,5 @@
-//! AVX-512 and AVX2 attention kernels. Twins: the generic kernels in
-//! `simd::attn` (same shapes, same exp algorithm as `exp::exp`).
+//! AVX-512 and AVX2 attention kernels. Twins: the generic kernels of
+//! `kernels::generic` (same shapes, same exp algorithm as `exp::exp`).
 //!
 //! Up to [`GMAX`] query heads of one KV head run together: each key or value
 //! row is loaded (and converted from f16) once for all of them. AVX-512
@@ -7,9 +7,9 @@
 
 use core::arch::x86_64::*;
 
-use super::attn::KvElem;
-use super::Path;
-use crate::exp::{EXP_C, EXP_HI, EXP_LN2, EXP_LO, EXP_LOG2E};
+use super::types::KvElem;
+use super::x86::hsum256;
+use crate::exp::{exp, EXP_C, EXP_HI, EXP_LN2, EXP_LO, EXP_LOG2E};
 
 /// Query heads per kernel call (one accumulator register each).
 const GMAX: usize = 4;
@@ -26,95 +26,80 @@ macro_rules! by_g {
     };
 }
 
-fn wide(path: Path) -> bool {
-    path.avx512()
-}
-
-/// See `simd::attn::scores`.
-///
-/// # Safety
-/// `path` (AVX2 or an AVX-512 path) is supported; the shapes were checked
-/// by the caller (`q` holds `g * hd`, `keys` `n` rows `stride` apart, `out`
-/// `g` rows of `n` that are `ostride` apart).
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn scores<E: KvElem>(
-    path: Path,
-    q: &[f32],
-    g: usize,
-    hd: usize,
-    keys: &[E],
-    stride: usize,
-    n: usize,
-    out: &mut [f32],
-    ostride: usize,
-    scale: f32,
-) {
+/// Calls `f(g0, gn)` for the groups of at most [`GMAX`] heads of `g`.
+#[inline(always)]
+fn groups(g: usize, mut f: impl FnMut(usize, usize)) {
     let mut g0 = 0;
     while g0 < g {
         let gn = (g - g0).min(GMAX);
-        // SAFETY: heads g0..g0+gn lie inside q and out (checked shapes); the
-        // caller guarantees the path's CPU features.
-        unsafe {
-            let (qp, op, kp) =
-                (q.as_ptr().add(g0 * hd), out.as_mut_ptr().add(g0 * ostride), keys.as_ptr());
-            if wide(path) {
-                by_g!(gn, scores512, E, qp, hd, kp, stride, n, op, ostride, scale);
-            } else {
-                by_g!(gn, scores256, E, qp, hd, kp, stride, n, op, ostride, scale);
-            }
-        }
+        f(g0, gn);
         g0 += gn;
     }
 }
 
-/// See `simd::attn::accumulate`.
-///
-/// # Safety
-/// As [`scores`]: supported path, checked shapes.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn accumulate<E: KvElem>(
-    path: Path,
-    p: &[f32],
-    pstride: usize,
-    g: usize,
-    hd: usize,
-    values: &[E],
-    stride: usize,
-    n: usize,
-    o: &mut [f32],
-) {
-    let mut g0 = 0;
-    while g0 < g {
-        let gn = (g - g0).min(GMAX);
-        // SAFETY: heads g0..g0+gn lie inside p and o (checked shapes); the
-        // caller guarantees the path's CPU features.
-        unsafe {
-            let (pp, op, vp) =
-                (p.as_ptr().add(g0 * pstride), o.as_mut_ptr().add(g0 * hd), values.as_ptr());
-            if wide(path) {
-                by_g!(gn, accumulate512, E, pp, pstride, hd, vp, stride, n, op);
-            } else {
-                by_g!(gn, accumulate256, E, pp, pstride, hd, vp, stride, n, op);
-            }
+/// Defines the public scores and value-sum kernels of one ISA over its
+/// per-group kernels.
+macro_rules! attn_entries {
+    ($scores:ident, $accumulate:ident, $s:ident, $a:ident, $isa:literal) => {
+        #[doc = concat!("`kernels::attn::scores` on ", $isa, ".")]
+        ///
+        /// # Safety
+        /// The ISA is available; the shapes were checked by the caller (`q`
+        /// holds `g * hd`, `keys` `n` rows `stride` apart, `out` `g` rows of
+        /// `n` that are `ostride` apart).
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn $scores<E: KvElem>(
+            q: &[f32],
+            g: usize,
+            hd: usize,
+            keys: &[E],
+            stride: usize,
+            n: usize,
+            out: &mut [f32],
+            ostride: usize,
+            scale: f32,
+        ) {
+            let (qp, op, kp) = (q.as_ptr(), out.as_mut_ptr(), keys.as_ptr());
+            groups(g, |g0, gn| {
+                // SAFETY: heads g0..g0+gn lie inside q and out (checked
+                // shapes); the caller guarantees the ISA.
+                unsafe {
+                    let (qp, op) = (qp.add(g0 * hd), op.add(g0 * ostride));
+                    by_g!(gn, $s, E, qp, hd, kp, stride, n, op, ostride, scale)
+                }
+            });
         }
-        g0 += gn;
-    }
+
+        #[doc = concat!("`kernels::attn::accumulate` on ", $isa, ".")]
+        ///
+        /// # Safety
+        /// As the scores kernel: the ISA is available, the shapes checked.
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn $accumulate<E: KvElem>(
+            p: &[f32],
+            pstride: usize,
+            g: usize,
+            hd: usize,
+            values: &[E],
+            stride: usize,
+            n: usize,
+            o: &mut [f32],
+        ) {
+            let (pp, op, vp) = (p.as_ptr(), o.as_mut_ptr(), values.as_ptr());
+            groups(g, |g0, gn| {
+                // SAFETY: heads g0..g0+gn lie inside p and o (checked
+                // shapes); the caller guarantees the ISA.
+                unsafe {
+                    let (pp, op) = (pp.add(g0 * pstride), op.add(g0 * hd));
+                    by_g!(gn, $a, E, pp, pstride, hd, vp, stride, n, op)
+                }
+            });
+        }
+    };
 }
 
-/// See `simd::attn::exp_shift_sum`.
-///
-/// # Safety
-/// `path` (AVX2 or an AVX-512 path) is supported.
-pub(super) unsafe fn exp_shift_sum(path: Path, x: &mut [f32], m: f32) -> f32 {
-    // SAFETY: the caller guarantees the path's CPU features.
-    unsafe {
-        if wide(path) {
-            exp_shift_sum512(x, m)
-        } else {
-            exp_shift_sum256(x, m)
-        }
-    }
-}
+attn_entries!(scores_avx512, accumulate_avx512, scores512, accumulate512, "AVX-512");
+attn_entries!(scores_avx2, accumulate_avx2, scores256, accumulate256, "AVX2");
 
 // ---- AVX-512 ----
 
@@ -139,6 +124,35 @@ unsafe fn load16<E: KvElem>(p: *const E, m: __mmask16) -> __m512 {
     }
 }
 
+/// Keys per pass of the score kernels: each key row is loaded once for the
+/// group's heads, each query vector once for the pass's keys.
+const KEYS: usize = 4;
+
+/// The sums of the lanes of four vectors, each summed in the order of
+/// `_mm512_reduce_add_ps` (256-bit halves, then 128-bit, 64-bit, 32-bit), so
+/// a key's score does not depend on the keys it is reduced with.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn reduce4(a: &[__m512; KEYS]) -> __m128 {
+    // [a.q0+a.q2, a.q1+a.q3, b.q0+b.q2, b.q1+b.q3], the same for c and d.
+    let ab = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0x44>(a[0], a[1]),
+        _mm512_shuffle_f32x4::<0xEE>(a[0], a[1]),
+    );
+    let cd = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0x44>(a[2], a[3]),
+        _mm512_shuffle_f32x4::<0xEE>(a[2], a[3]),
+    );
+    // Quarter j: vector j's 128-bit sum.
+    let u =
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(ab, cd), _mm512_shuffle_f32x4::<0xDD>(ab, cd));
+    // Within each quarter [x0, x1, x2, x3]: (x0 + x2) + (x1 + x3) in lane 0.
+    let v = _mm512_add_ps(u, _mm512_permute_ps::<0x4E>(u));
+    let w = _mm512_add_ps(v, _mm512_permute_ps::<0xB1>(v));
+    let idx = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, w))
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn scores512<E: KvElem, const G: usize>(
@@ -152,26 +166,43 @@ unsafe fn scores512<E: KvElem, const G: usize>(
     scale: f32,
 ) {
     // SAFETY: every access is inside the checked shapes: heads < G, columns
-    // < hd (masked tail), rows < n.
+    // < hd (masked tail), rows < n (a pass past the last key repeats that key
+    // and drops its results).
     unsafe {
-        for s in 0..n {
-            let kp = keys.add(s * stride);
-            let mut acc = [_mm512_setzero_ps(); G];
+        let mut s = 0;
+        while s < n {
+            let live = (n - s).min(KEYS);
+            let kp: [*const E; KEYS] =
+                core::array::from_fn(|j| keys.add((s + j.min(live - 1)) * stride));
+            let mut acc = [[_mm512_setzero_ps(); KEYS]; G];
             let mut i = 0;
             while i < hd {
                 let m = mask16((hd - i).min(16));
-                let kv = load16(kp.add(i), m);
+                let kv: [__m512; KEYS] = core::array::from_fn(|j| load16(kp[j].add(i), m));
                 for (gi, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_fmadd_ps(kv, _mm512_maskz_loadu_ps(m, q.add(gi * hd + i)), *a);
+                    let qv = _mm512_maskz_loadu_ps(m, q.add(gi * hd + i));
+                    for (aj, k) in a.iter_mut().zip(&kv) {
+                        *aj = _mm512_fmadd_ps(*k, qv, *aj);
+                    }
                 }
                 i += 16;
             }
             for (gi, a) in acc.iter().enumerate() {
-                *out.add(gi * ostride + s) = _mm512_reduce_add_ps(*a) * scale;
+                let r = _mm_mul_ps(reduce4(a), _mm_set1_ps(scale));
+                let mut lanes = [0f32; KEYS];
+                _mm_storeu_ps(lanes.as_mut_ptr(), r);
+                for (j, v) in lanes.iter().enumerate().take(live) {
+                    *out.add(gi * ostride + s + j) = *v;
+                }
             }
+            s += KEYS;
         }
     }
 }
+
+/// Vectors of 16 lanes per stripe of the value-sum kernels: a stripe of the
+/// group's outputs stays in registers while every value row passes it.
+const STRIPE: usize = 4;
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[allow(clippy::too_many_arguments)]
@@ -185,25 +216,38 @@ unsafe fn accumulate512<E: KvElem, const G: usize>(
     o: *mut f32,
 ) {
     // SAFETY: every access is inside the checked shapes: heads < G, columns
-    // < hd (masked tail), rows < n.
+    // < hd (masked lanes), rows < n.
     unsafe {
-        for s in 0..n {
-            let vp = values.add(s * stride);
-            let mut w = [_mm512_setzero_ps(); G];
-            for (gi, wv) in w.iter_mut().enumerate() {
-                *wv = _mm512_set1_ps(*p.add(gi * pstride + s));
-            }
-            let mut i = 0;
-            while i < hd {
-                let m = mask16((hd - i).min(16));
-                let vv = load16(vp.add(i), m);
-                for (gi, wv) in w.iter().enumerate() {
-                    let op = o.add(gi * hd + i);
-                    let acc = _mm512_fmadd_ps(*wv, vv, _mm512_maskz_loadu_ps(m, op));
-                    _mm512_mask_storeu_ps(op, m, acc);
+        let mut c0 = 0;
+        while c0 < hd {
+            let m: [__mmask16; STRIPE] =
+                core::array::from_fn(|v| mask16(hd.saturating_sub(c0 + 16 * v).min(16)));
+            let mut acc = [[_mm512_setzero_ps(); STRIPE]; G];
+            for (gi, a) in acc.iter_mut().enumerate() {
+                for (v, av) in a.iter_mut().enumerate() {
+                    // Lanes past `hd` are masked off (their address may lie
+                    // past the buffer: formed with wrapping arithmetic).
+                    let at = o.wrapping_add(gi * hd + c0 + 16 * v);
+                    *av = _mm512_maskz_loadu_ps(m[v], at);
                 }
-                i += 16;
             }
+            for s in 0..n {
+                let vp = values.add(s * stride + c0);
+                let vv: [__m512; STRIPE] =
+                    core::array::from_fn(|v| load16(vp.wrapping_add(16 * v), m[v]));
+                for (gi, a) in acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(*p.add(gi * pstride + s));
+                    for (av, x) in a.iter_mut().zip(&vv) {
+                        *av = _mm512_fmadd_ps(w, *x, *av);
+                    }
+                }
+            }
+            for (gi, a) in acc.iter().enumerate() {
+                for (v, av) in a.iter().enumerate() {
+                    _mm512_mask_storeu_ps(o.wrapping_add(gi * hd + c0 + 16 * v), m[v], *av);
+                }
+            }
+            c0 += 16 * STRIPE;
         }
     }
 }
@@ -235,8 +279,12 @@ fn exp512(x: __m512) -> __m512 {
     _mm512_castpd_ps(v)
 }
 
+/// `kernels::attn::exp_shift_sum` on AVX-512.
+///
+/// # Safety
+/// AVX-512 F/BW/VL must be available.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn exp_shift_sum512(x: &mut [f32], m: f32) -> f32 {
+pub(crate) unsafe fn exp_shift_sum_avx512(x: &mut [f32], m: f32) -> f32 {
     let (mv, len, xp) = (_mm512_set1_ps(m), x.len(), x.as_mut_ptr());
     let mut sum = _mm512_setzero_ps();
     let mut i = 0;
@@ -269,12 +317,21 @@ unsafe fn load8<E: KvElem>(p: *const E) -> __m256 {
     }
 }
 
+/// Keys per pass of the AVX2 score kernel (its 16 registers hold 4 heads x 2
+/// keys of sums).
+const KEYS256: usize = 2;
+
+/// The lane sums of two vectors, each in [`hsum256`]'s order, in lanes 0 and 4.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum8(a: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+#[target_feature(enable = "avx2,fma")]
+fn reduce2(a: &[__m256; KEYS256]) -> __m256 {
+    // [a.lo + a.hi | b.lo + b.hi], then (x0 + x2) + (x1 + x3) within each half.
+    let t = _mm256_add_ps(
+        _mm256_permute2f128_ps::<0x20>(a[0], a[1]),
+        _mm256_permute2f128_ps::<0x31>(a[0], a[1]),
+    );
+    let v = _mm256_add_ps(t, _mm256_permute_ps::<0x4E>(t));
+    _mm256_add_ps(v, _mm256_permute_ps::<0xB1>(v))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -291,25 +348,40 @@ unsafe fn scores256<E: KvElem, const G: usize>(
 ) {
     let full = hd / 8 * 8;
     // SAFETY: every access is inside the checked shapes: heads < G, columns
-    // < hd (vector part below `full`, the rest scalar), rows < n.
+    // < hd (vector part below `full`, the rest scalar), rows < n (a pass past
+    // the last key repeats that key and drops its results).
     unsafe {
-        for s in 0..n {
-            let kp = keys.add(s * stride);
-            let mut acc = [_mm256_setzero_ps(); G];
+        let mut s = 0;
+        while s < n {
+            let live = (n - s).min(KEYS256);
+            let kp: [*const E; KEYS256] =
+                core::array::from_fn(|j| keys.add((s + j.min(live - 1)) * stride));
+            let mut acc = [[_mm256_setzero_ps(); KEYS256]; G];
             for i in (0..full).step_by(8) {
-                let kv = load8(kp.add(i));
+                let kv: [__m256; KEYS256] = core::array::from_fn(|j| load8(kp[j].add(i)));
                 for (gi, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q.add(gi * hd + i)), *a);
+                    let qv = _mm256_loadu_ps(q.add(gi * hd + i));
+                    for (aj, k) in a.iter_mut().zip(&kv) {
+                        *aj = _mm256_fmadd_ps(*k, qv, *aj);
+                    }
                 }
             }
             for (gi, a) in acc.iter().enumerate() {
-                let tail: f32 =
-                    (full..hd).map(|i| *q.add(gi * hd + i) * (*kp.add(i)).to_f32()).sum();
-                *out.add(gi * ostride + s) = (hsum8(*a) + tail) * scale;
+                let mut lanes = [0f32; 8];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), reduce2(a));
+                for (j, kj) in kp.iter().enumerate().take(live) {
+                    let tail: f32 =
+                        (full..hd).map(|i| *q.add(gi * hd + i) * (*kj.add(i)).to_f32()).sum();
+                    *out.add(gi * ostride + s + j) = (lanes[4 * j] + tail) * scale;
+                }
             }
+            s += KEYS256;
         }
     }
 }
+
+/// Vectors of 8 lanes per stripe of the AVX2 value-sum kernel.
+const STRIPE256: usize = 2;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
@@ -324,29 +396,68 @@ unsafe fn accumulate256<E: KvElem, const G: usize>(
 ) {
     let full = hd / 8 * 8;
     // SAFETY: every access is inside the checked shapes: heads < G, columns
-    // < hd (vector part below `full`, the rest scalar), rows < n.
+    // < hd (vectors below `full`, the rest scalar), rows < n.
     unsafe {
+        let mut c0 = 0;
+        while c0 < full {
+            if full - c0 >= 8 * STRIPE256 {
+                stripe256::<E, G, STRIPE256>(p, pstride, hd, values.add(c0), stride, n, o.add(c0));
+                c0 += 8 * STRIPE256;
+            } else {
+                stripe256::<E, G, 1>(p, pstride, hd, values.add(c0), stride, n, o.add(c0));
+                c0 += 8;
+            }
+        }
         for s in 0..n {
             let vp = values.add(s * stride);
-            let mut w = [0.0f32; G];
-            for (gi, wv) in w.iter_mut().enumerate() {
-                *wv = *p.add(gi * pstride + s);
-            }
-            for i in (0..full).step_by(8) {
-                let vv = load8(vp.add(i));
-                for (gi, wv) in w.iter().enumerate() {
-                    let op = o.add(gi * hd + i);
-                    _mm256_storeu_ps(
-                        op,
-                        _mm256_fmadd_ps(_mm256_set1_ps(*wv), vv, _mm256_loadu_ps(op)),
-                    );
-                }
-            }
             for i in full..hd {
                 let v = (*vp.add(i)).to_f32();
-                for (gi, wv) in w.iter().enumerate() {
-                    *o.add(gi * hd + i) += wv * v;
+                for gi in 0..G {
+                    *o.add(gi * hd + i) += *p.add(gi * pstride + s) * v;
                 }
+            }
+        }
+    }
+}
+
+/// One stripe of `V` vectors (`8 V` columns from `values` and `o`) of
+/// [`accumulate256`]: the group's sums in registers while the rows pass.
+///
+/// # Safety
+/// AVX2, FMA and F16C; the stripe's columns lie inside `hd` of every row.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn stripe256<E: KvElem, const G: usize, const V: usize>(
+    p: *const f32,
+    pstride: usize,
+    hd: usize,
+    values: *const E,
+    stride: usize,
+    n: usize,
+    o: *mut f32,
+) {
+    // SAFETY: the stripe's columns of heads < G and rows < n, by the caller.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); V]; G];
+        for (gi, a) in acc.iter_mut().enumerate() {
+            for (v, av) in a.iter_mut().enumerate() {
+                *av = _mm256_loadu_ps(o.add(gi * hd + 8 * v));
+            }
+        }
+        for s in 0..n {
+            let vp = values.add(s * stride);
+            let vv: [__m256; V] = core::array::from_fn(|v| load8(vp.add(8 * v)));
+            for (gi, a) in acc.iter_mut().enumerate() {
+                let w = _mm256_set1_ps(*p.add(gi * pstride + s));
+                for (av, x) in a.iter_mut().zip(&vv) {
+                    *av = _mm256_fmadd_ps(w, *x, *av);
+                }
+            }
+        }
+        for (gi, a) in acc.iter().enumerate() {
+            for (v, av) in a.iter().enumerate() {
+                _mm256_storeu_ps(o.add(gi * hd + 8 * v), *av);
             }
         }
     }
@@ -378,8 +489,12 @@ fn exp256(x: __m256) -> __m256 {
     _mm256_set_m128(_mm256_cvtpd_ps(exp4d(hi)), _mm256_cvtpd_ps(exp4d(lo)))
 }
 
+/// `kernels::attn::exp_shift_sum` on AVX2.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn exp_shift_sum256(x: &mut [f32], m: f32) -> f32 {
+pub(crate) unsafe fn exp_shift_sum_avx2(x: &mut [f32], m: f32) -> f32 {
     let (mv, full, xp) = (_mm256_set1_ps(m), x.len() / 8 * 8, x.as_mut_ptr());
     let mut sum = _mm256_setzero_ps();
     // SAFETY: i + 8 <= full <= x.len().
@@ -390,9 +505,9 @@ unsafe fn exp_shift_sum256(x: &mut [f32], m: f32) -> f32 {
             sum = _mm256_add_ps(sum, v);
         }
     }
-    let mut total = hsum8(sum);
+    let mut total = hsum256(sum);
     for v in &mut x[full..] {
-        *v = crate::exp::exp(*v - m);
+        *v = exp(*v - m);
         total += *v;
     }
     total

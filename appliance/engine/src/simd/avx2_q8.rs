@@ -20,33 +20,17 @@
 //! activations are loaded once per row tile. The f32 steps of a (row,
 //! token) pair do not depend on `R`, `N` or the pair's place in the tile,
 //! so a token's result is bit-identical alone and batched.
+//!
+//! [`q8_chunk64`] is the chunk-wide activation quantizer of this layout:
+//! the scalar rule of `kernels::q8act` lane by lane, bit for bit.
 
 use core::arch::x86_64::*;
 
-use super::avx512vnni::{tail, Q8In};
-use super::E4m3Scale;
-use crate::kernels::TILE;
+use super::types::{Q8In, NVFP4_OFFSET, TILE, TILE_ROWS};
+use super::x86::{e2m1_offset_bytes, e4m3x8, hsum256, prefetch_ahead, tail_q8, E4m3Scale};
 
 /// `2 * E2M1(code) + 12`, for both 128-bit lanes of `vpshufb`.
-const E2M1_U8: [u8; 32] = [
-    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, //
-    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
-];
-
-/// Eight E4M3 bytes (sign-extended to dwords) decoded and times the global
-/// scale: exactly `E4M3_TABLE[b] * gs` for every byte except the NaN codes
-/// (which `pack verify` rejects); see [`E4m3Scale`].
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(super) fn e4m3x8(b: __m256i, gs: E4m3Scale) -> __m256 {
-    let bits = _mm256_and_si256(_mm256_slli_epi32::<20>(b), _mm256_set1_epi32(E4m3Scale::BITS));
-    let v = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(gs.k));
-    if gs.folded {
-        v
-    } else {
-        _mm256_mul_ps(v, _mm256_set1_ps(gs.gs))
-    }
-}
+const E2M1_U8: [u8; 32] = e2m1_offset_bytes();
 
 /// The scales of the two chunks whose 8 block scales start at `p`: each
 /// block's scale times `gs` in the two dword lanes of its block.
@@ -74,6 +58,97 @@ unsafe fn weight_scales(p: *const u8, gs: E4m3Scale) -> __m256 {
     let b = _mm_cvtsi32_si128(i32::from_le_bytes(unsafe { *(p as *const [u8; 4]) }));
     let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
     e4m3x8(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(b, dup)), gs)
+}
+
+/// Quantizes one 64-column chunk (4 blocks of 16 columns) to int8 exactly
+/// as `kernels::q8act`'s scalar rule does block by block (`amax / 127`,
+/// `x * (127 / amax)`, plus or minus 0.5, clamp to 127, truncate: the same
+/// f32 operations lane by lane), writing `q` in this kernel's layout
+/// (`[32 even columns | 32 odd columns]`), and per 8 columns `corr =
+/// -NVFP4_OFFSET * sum(q)` and `scale` = half the block's scale. Returns
+/// false, writing nothing, when the chunk holds a NaN or an infinity, or a
+/// block's `127 / amax` is not finite (the scalar rule then decides).
+///
+/// # Safety
+/// AVX2 and FMA must be available.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn q8_chunk64(
+    x: &[f32; 64],
+    q: &mut [i8; 64],
+    corr: &mut [i32; 8],
+    scale: &mut [f32; 8],
+) -> bool {
+    // SAFETY: 64 floats in `x`, 64 bytes in `q`, 8 lanes in `corr` and
+    // `scale`: every load and store below stays inside them.
+    unsafe {
+        let v: [__m256; 8] = core::array::from_fn(|i| _mm256_loadu_ps(x.as_ptr().add(8 * i)));
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+        let inf = _mm256_set1_ps(f32::INFINITY);
+        let mut amax = [0f32; 4];
+        for (b, m) in amax.iter_mut().enumerate() {
+            let (a0, a1) = (_mm256_and_ps(v[2 * b], abs), _mm256_and_ps(v[2 * b + 1], abs));
+            // NaN compares unordered: not less than infinity either.
+            let bad = _mm256_or_ps(
+                _mm256_cmp_ps::<_CMP_NLT_UQ>(a0, inf),
+                _mm256_cmp_ps::<_CMP_NLT_UQ>(a1, inf),
+            );
+            if _mm256_movemask_ps(bad) != 0 {
+                return false;
+            }
+            let h = _mm256_max_ps(a0, a1);
+            let h = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+            let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            *m = _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps::<1>(h, h)));
+        }
+        let mut inv = [0f32; 4];
+        for (b, &m) in amax.iter().enumerate() {
+            let (s, i) = if m > 0.0 { (m / 127.0, 127.0 / m) } else { (0.0, 0.0) };
+            if !i.is_finite() {
+                return false;
+            }
+            inv[b] = i;
+            scale[2 * b] = 0.5 * s;
+            scale[2 * b + 1] = 0.5 * s;
+        }
+        let (k, zero) = (_mm256_set1_ps(127.0), _mm256_setzero_ps());
+        let (pos, neg) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
+        let d: [__m256i; 8] = core::array::from_fn(|i| {
+            let y = _mm256_mul_ps(v[i], _mm256_set1_ps(inv[i / 2]));
+            let half = _mm256_blendv_ps(neg, pos, _mm256_cmp_ps::<_CMP_GE_OQ>(y, zero));
+            let r = _mm256_min_ps(k, _mm256_max_ps(_mm256_set1_ps(-127.0), _mm256_add_ps(y, half)));
+            _mm256_cvttps_epi32(r)
+        });
+        // corr: the sums of the 8 dword vectors (8 natural columns each).
+        let h01 = _mm256_hadd_epi32(d[0], d[1]);
+        let h23 = _mm256_hadd_epi32(d[2], d[3]);
+        let h45 = _mm256_hadd_epi32(d[4], d[5]);
+        let h67 = _mm256_hadd_epi32(d[6], d[7]);
+        let (h03, h47) = (_mm256_hadd_epi32(h01, h23), _mm256_hadd_epi32(h45, h67));
+        let sums = _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(h03, h47),
+            _mm256_permute2x128_si256::<0x31>(h03, h47),
+        );
+        let c = _mm256_mullo_epi32(sums, _mm256_set1_epi32(-NVFP4_OFFSET));
+        _mm256_storeu_si256(corr.as_mut_ptr() as *mut __m256i, c);
+        // Bytes in natural order (values are within -127..=127: packing
+        // saturates nothing), then per 32 columns [even | odd].
+        let natural = |a: [__m256i; 4]| {
+            let w =
+                _mm256_packs_epi16(_mm256_packs_epi32(a[0], a[1]), _mm256_packs_epi32(a[2], a[3]));
+            _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+        };
+        let split = _mm256_setr_epi8(
+            0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, //
+            0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+        );
+        let eo = |n: __m256i| _mm256_permute4x64_epi64::<0xD8>(_mm256_shuffle_epi8(n, split));
+        let lo = eo(natural([d[0], d[1], d[2], d[3]]));
+        let hi = eo(natural([d[4], d[5], d[6], d[7]]));
+        let p = q.as_mut_ptr() as *mut __m256i;
+        _mm256_storeu_si256(p, _mm256_permute2x128_si256::<0x20>(lo, hi));
+        _mm256_storeu_si256(p.add(1), _mm256_permute2x128_si256::<0x31>(lo, hi));
+        true
+    }
 }
 
 /// Rows per tile in the multi-row kernel (`ROWS x TOKENS` accumulators and
@@ -129,7 +204,7 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
     cols: usize,
     x: Q8In<'_>,
     pre: &[f32],
-    out: &mut [[f32; TILE]; crate::kernels::TILE_ROWS],
+    out: &mut [[f32; TILE]; TILE_ROWS],
 ) {
     debug_assert!(R <= ROWS && N <= TOKENS && cols % 16 == 0);
     debug_assert!(packed.len() == R * cols / 2 && scales.len() == R * cols / 16);
@@ -153,7 +228,7 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
             for r in 0..R {
                 let p = packed.as_ptr().add(r * prow + 32 * c);
                 if c % 2 == 0 {
-                    super::prefetch_ahead(p);
+                    prefetch_ahead(p);
                 }
                 let d = _mm256_loadu_si256(p as *const __m256i);
                 lo[r] = _mm256_shuffle_epi8(lut, _mm256_and_si256(d, nib));
@@ -191,13 +266,13 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
         }
         for (o, a) in out.iter_mut().zip(&acc) {
             for (v, at) in o.iter_mut().zip(a) {
-                *v = super::avx2::hsum(*at);
+                *v = hsum256(*at);
             }
         }
     }
     // Columns after the last full chunk (none in most products).
     for (r, o) in out.iter_mut().enumerate().take(if chunks * 64 < cols { R } else { 0 }) {
         let (p, s) = (&packed[r * prow..(r + 1) * prow], &scales[r * srow..(r + 1) * srow]);
-        tail(p, s, gs, cols, chunks * 64, x, 8, N, o);
+        tail_q8(p, s, gs, cols, chunks * 64, x, 8, N, o);
     }
 }

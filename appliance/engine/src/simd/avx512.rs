@@ -15,35 +15,14 @@
 
 use core::arch::x86_64::*;
 
-use super::avx2::E2M1_LUT;
-use super::E4m3Scale;
-use crate::kernels::{DeltaToken, Mat, MatMut};
-use crate::weights::e4m3_to_f32;
+use kore_pack_format::fp::e4m3_to_f32;
 
-/// Reads 16 E4M3 bytes as f32 times the global scale (exact E4M3 decode:
-/// the sign-extended byte shifted left by 20 puts the sign in bit 31 and
-/// the exponent and mantissa in bits 20-26, an f32 2^120 below the value;
-/// the 0x7F/0xFF NaN codes are not special-cased). Bit-identical to
-/// `E4M3_TABLE[b] * gs`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub(super) unsafe fn e4m3x16(p: *const u8, gs: E4m3Scale) -> __m512 {
-    // SAFETY: the caller guarantees 16 readable bytes at `p`.
-    unsafe {
-        let b = _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i));
-        let bits = _mm512_and_si512(_mm512_slli_epi32::<20>(b), _mm512_set1_epi32(E4m3Scale::BITS));
-        let v = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(gs.k));
-        if gs.folded {
-            v
-        } else {
-            _mm512_mul_ps(v, _mm512_set1_ps(gs.gs))
-        }
-    }
-}
+use super::types::{DeltaToken, Dense, Mat, MatMut, TILE};
+use super::x86::{e4m3x16, prefetch_ahead, tail_f32, E4m3Scale, E2M1};
 
 /// Per 128-column chunk `k` of a pair: lane `L` takes scale `8k + L / 2`
 /// of the pair's 16 (lane `L` of every nibble vector is inside block `L / 2`).
-pub(super) const SCALE_IDX: [[i32; 16]; 2] = {
+const SCALE_IDX: [[i32; 16]; 2] = {
     let mut t = [[0i32; 16]; 2];
     let mut k = 0;
     while k < 2 {
@@ -61,7 +40,7 @@ pub(super) const SCALE_IDX: [[i32; 16]; 2] = {
 /// [`e4m3x16`]: lane `L` takes block scale `L / 2` of the chunk's 8, times `gs`.
 #[inline]
 #[target_feature(enable = "avx512f")]
-pub(super) fn lone_chunk_scales(scales: &[u8], gs: f32) -> __m512 {
+fn lone_chunk_scales(scales: &[u8], gs: f32) -> __m512 {
     let s = |j: usize| e4m3_to_f32(scales[j]) * gs;
     #[rustfmt::skip]
     let sv = _mm512_set_ps(
@@ -84,7 +63,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
     gs: f32,
     cols: usize,
     x: &[f32],
-    out: &mut [f32; crate::kernels::TILE],
+    out: &mut [f32; TILE],
 ) {
     let chunks = cols / 128;
     // SAFETY: chunk c reads packed[64c..64c+64], scales[8c..8c+8] (16 per
@@ -126,7 +105,7 @@ pub(crate) unsafe fn nvfp4_row<const N: usize>(
             *o = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
         }
     }
-    tail_blocks(packed, scales, gs, cols, x, |v| v, N, out);
+    tail_f32(packed, scales, gs, cols, cols / 128 * 128, x, N, out);
 }
 
 /// One 128-column chunk: 64 packed bytes at `p` (16 dwords of 8 nibbles),
@@ -148,8 +127,8 @@ unsafe fn nvfp4_chunk<const N: usize>(
 ) {
     // SAFETY: loads stay inside the ranges the caller guarantees.
     unsafe {
-        let lut = _mm512_loadu_ps(E2M1_LUT.as_ptr());
-        super::prefetch_ahead(p);
+        let lut = _mm512_loadu_ps(E2M1.as_ptr());
+        prefetch_ahead(p);
         let d = _mm512_loadu_si512(p as *const __m512i);
         let w = [
             _mm512_permutexvar_ps(d, lut),
@@ -174,68 +153,37 @@ unsafe fn nvfp4_chunk<const N: usize>(
     }
 }
 
-/// Adds the 16-column blocks after the last full 128-column chunk (natural
-/// order; `f` reads an activation as f32) into `out[..n]`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn tail_blocks<T: Copy>(
-    packed: &[u8],
-    scales: &[u8],
-    gs: f32,
-    cols: usize,
-    x: &[T],
-    f: impl Fn(T) -> f32,
-    n: usize,
-    out: &mut [f32; crate::kernels::TILE],
-) {
-    for c in (cols / 128 * 128..cols).step_by(16) {
-        let s = e4m3_to_f32(scales[c / 16]) * gs;
-        for (t, o) in out.iter_mut().enumerate().take(n) {
-            let mut sum = 0.0f32;
-            for j in c..c + 16 {
-                let code = (packed[j / 2] >> (4 * (j % 2))) & 0xF;
-                sum += E2M1_LUT[code as usize] * f(x[t * cols + j]);
-            }
-            *o += s * sum;
-        }
-    }
-}
-
 /// Loads 16 dense elements at element offset `i` of `data` as f32
 /// (`n` valid, the rest zero).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-unsafe fn load16(dtype: u8, data: *const u8, i: usize, n: usize) -> __m512 {
+unsafe fn load16(dtype: Dense, data: *const u8, i: usize, n: usize) -> __m512 {
     let m16 = if n >= 16 { 0xFFFF } else { (1u32 << n) as u16 - 1 };
     // SAFETY: the caller guarantees `n` readable elements at element `i`.
     unsafe {
         match dtype {
-            DT_BF16 => {
+            Dense::Bf16 => {
                 let h = _mm256_maskz_loadu_epi16(m16, data.add(2 * i) as *const i16);
                 _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
             }
-            DT_F16 => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m16, data.add(2 * i) as *const i16)),
-            _ => _mm512_maskz_loadu_ps(m16, data.add(4 * i) as *const f32),
+            Dense::F16 => {
+                _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m16, data.add(2 * i) as *const i16))
+            }
+            Dense::F32 => _mm512_maskz_loadu_ps(m16, data.add(4 * i) as *const f32),
         }
     }
 }
 
 /// Prefetches ahead of the 32 elements of `dtype` at element `i` of `data`.
 #[inline(always)]
-fn prefetch_dense(dtype: u8, data: *const u8, i: usize) {
-    if dtype == DT_F32 {
-        super::prefetch_ahead(data.wrapping_add(4 * i));
-        super::prefetch_ahead(data.wrapping_add(4 * i + 64));
+fn prefetch_dense(dtype: Dense, data: *const u8, i: usize) {
+    if dtype == Dense::F32 {
+        prefetch_ahead(data.wrapping_add(4 * i));
+        prefetch_ahead(data.wrapping_add(4 * i + 64));
     } else {
-        super::prefetch_ahead(data.wrapping_add(2 * i));
+        prefetch_ahead(data.wrapping_add(2 * i));
     }
 }
-
-/// Dense dtype codes for the dense kernels.
-pub(crate) const DT_F32: u8 = 0;
-/// BF16.
-pub(crate) const DT_BF16: u8 = 1;
-/// F16.
-pub(crate) const DT_F16: u8 = 2;
 
 /// One dense row (`row` = cols elements of `dtype`) against `N` tokens of
 /// `x` (`[N, cols]`); sums into `out[..N]`.
@@ -245,11 +193,11 @@ pub(crate) const DT_F16: u8 = 2;
 /// `x.len() >= N * cols`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 pub(crate) unsafe fn dense_row<const N: usize>(
-    dtype: u8,
+    dtype: Dense,
     row: &[u8],
     cols: usize,
     x: &[f32],
-    out: &mut [f32; crate::kernels::TILE],
+    out: &mut [f32; TILE],
 ) {
     // SAFETY: element offsets stay below `cols` (masked tail), see preconditions.
     unsafe {
@@ -303,7 +251,7 @@ pub(crate) unsafe fn bf16_row<const N: usize>(
     row: &[u8],
     cols: usize,
     x: &[f32],
-    out: &mut [f32; crate::kernels::TILE],
+    out: &mut [f32; TILE],
 ) {
     let full = cols / 32 * 32;
     // SAFETY: block i reads row bytes [2i, 2i + 64) and x[t*cols + i..+32],
@@ -312,7 +260,7 @@ pub(crate) unsafe fn bf16_row<const N: usize>(
         let hi = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
         let mut acc = [[_mm512_setzero_ps(); N]; 2];
         for i in (0..full).step_by(32) {
-            super::prefetch_ahead(row.as_ptr().wrapping_add(2 * i));
+            prefetch_ahead(row.as_ptr().wrapping_add(2 * i));
             let d = _mm512_loadu_si512(row.as_ptr().add(2 * i) as *const __m512i);
             let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(d));
             let odd = _mm512_castsi512_ps(_mm512_and_si512(d, hi));
@@ -350,7 +298,7 @@ pub(crate) unsafe fn read_sum(buf: &[u64]) -> u64 {
         let mut l = 0;
         while l + 4 <= lines {
             for j in 0..4 {
-                super::prefetch_ahead(p.add(l + j) as *const u8);
+                prefetch_ahead(p.add(l + j) as *const u8);
             }
             for (j, acc) in a.iter_mut().enumerate() {
                 *acc = _mm512_add_epi64(*acc, _mm512_loadu_si512(p.add(l + j)));
@@ -367,7 +315,7 @@ pub(crate) unsafe fn read_sum(buf: &[u64]) -> u64 {
     }
 }
 
-/// [`crate::kernels::generic::delta_step`] for `dv % 16 == 0`: column blocks
+/// `kernels::generic::delta_step` for `dv % 16 == 0`: column blocks
 /// of `C` vectors (`C * 16` lanes of `dv`), the state read once for `u` and
 /// once for the update and `o`.
 ///
@@ -413,7 +361,7 @@ pub(crate) unsafe fn delta_step<const C: usize>(s: &mut [f32], t: &DeltaToken<'_
     }
 }
 
-/// [`crate::kernels::generic::gemm_acc`]: `C[m, n] += A[m, k] B[k, n]` in
+/// `kernels::generic::gemm_acc`: `C[m, n] += A[m, k] B[k, n]` in
 /// tiles of up to 8 rows x 32 columns, the tile's sums in 16 registers while
 /// `k` runs (two B vectors loaded and each A element broadcast per step);
 /// column tails masked.

@@ -1,49 +1,14 @@
-//! AVX-512 VNNI + VBMI NVFP4 kernel: int8 dot products on activations
-//! quantized per 16-column block (`kernels::Q8`), as llama.cpp does for its
-//! 4-bit types. Twin: the generic f32 path on the dequantized activations
-//! (`kernels::round_q8`); integer sums are exact, so only the order of the
-//! float steps differs.
-//!
-//! `vpermb` (6 index bits, table repeated 4 times) turns each low nibble,
-//! and after a 16-bit shift each high nibble, into `2 * E2M1 + 12`
-//! (0..=24, unsigned as `vpdpbusd` wants); the offset correction `corr =
-//! -12 * sum(q)` over the columns a dword lane sums, the accumulator's start
-//! value, removes the `+12`. The kernel itself is a GEMM tile
-//! (`simd::vnni_tile`, and `simd::avx2_q8` on AVX2, each with its own
-//! chunk layout); this module holds what they share: the activations' form
-//! ([`Q8In`]), the table, the SIMD chunk quantizer and the scalar tail of a
-//! partial chunk.
+//! The AVX-512 activation quantizer of the int8 NVFP4 kernels: one
+//! 256-column chunk of f32 activations to int8 per 16-column block
+//! (`kernels::q8act`'s scalar rule, bit for bit), in `simd::vnni_tile`'s
+//! layout, with each block's scale and offset correction (`corr =
+//! -NVFP4_OFFSET * sum(q)`: the int8 kernels offset their doubled E2M1
+//! weights by +12 to make them unsigned, and starting each dword lane's sum
+//! at `corr` removes that exactly).
 
-use crate::weights::e4m3_to_f32;
 use core::arch::x86_64::*;
 
-/// `2 * E2M1(code) + 12` for the low 4 bits of the index, repeated 4 times.
-pub(super) const E2M1_U8: [u8; 64] = {
-    const HALF: [u8; 16] = [12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0];
-    let mut t = [0u8; 64];
-    let mut i = 0;
-    while i < 64 {
-        t[i] = HALF[i % 16];
-        i += 1;
-    }
-    t
-};
-
-/// The offset added to every doubled E2M1 weight (see the module docs).
-pub(crate) const OFFSET: i32 = 12;
-
-/// Quantized activations of `N` tokens, each token's rows `cols` (q),
-/// `cols / 8` (corr, scale) long.
-#[derive(Clone, Copy)]
-pub(crate) struct Q8In<'a> {
-    /// int8 activations, laid out per chunk as the kernel wants them.
-    pub q: &'a [i8],
-    /// `-OFFSET * sum(q)` per group of columns (the kernel's: 16 for
-    /// `simd::vnni_tile`, 8 for `simd::avx2_q8`).
-    pub corr: &'a [i32],
-    /// Half the block's activation scale, per group of columns.
-    pub scale: &'a [f32],
-}
+use super::types::NVFP4_OFFSET;
 
 /// `vpermd` indices undoing the lane order both transposes below leave:
 /// lane `4q + s` holds block `4s + q`.
@@ -125,7 +90,7 @@ pub(crate) unsafe fn q8_chunk256(
             sum = _mm512_dpbusd_epi32(sum, ones, w);
             _mm512_storeu_si512(q.as_mut_ptr().add(64 * d) as *mut __m512i, w);
         }
-        let c = _mm512_mullo_epi32(sum, _mm512_set1_epi32(-OFFSET));
+        let c = _mm512_mullo_epi32(sum, _mm512_set1_epi32(-NVFP4_OFFSET));
         _mm512_storeu_si512(corr.as_mut_ptr() as *mut __m512i, c);
         true
     }
@@ -159,33 +124,4 @@ fn block_max(a: &[__m512; 16]) -> __m512 {
     // SAFETY: 16 i32 in TRANSPOSED.
     let idx = unsafe { _mm512_loadu_si512(TRANSPOSED.as_ptr() as *const __m512i) };
     _mm512_permutexvar_ps(idx, r)
-}
-
-/// Adds the 16-column blocks from column `from` (the end of the last full
-/// chunk) to `cols`, whose activations are in natural order with one scale
-/// per `group` columns.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn tail(
-    packed: &[u8],
-    scales: &[u8],
-    gs: f32,
-    cols: usize,
-    from: usize,
-    x: Q8In<'_>,
-    group: usize,
-    n: usize,
-    out: &mut [f32; crate::kernels::TILE],
-) {
-    for c in (from..cols).step_by(16) {
-        let s = e4m3_to_f32(scales[c / 16]) * gs;
-        for (t, o) in out.iter_mut().enumerate().take(n) {
-            let sum: i32 = (c..c + 16)
-                .map(|j| {
-                    let code = (packed[j / 2] >> (4 * (j % 2))) & 0xF;
-                    (i32::from(E2M1_U8[code as usize]) - OFFSET) * i32::from(x.q[t * cols + j])
-                })
-                .sum();
-            *o += s * x.scale[(t * cols + c) / group] * sum as f32;
-        }
-    }
 }

@@ -1,17 +1,25 @@
-//! SIMD kernel paths and runtime CPU feature dispatch that works in `no_std`:
-//! CPUID and XGETBV through `core::arch`, the result cached in an atomic.
+//! The per-ISA layer: the kernel paths ([`Path`]) and the CPU features that
+//! decide which ones run (CPUID and XGETBV through `core::arch`, `no_std`,
+//! the result cached in an atomic), the types every kernel shares
+//! ([`types`], a leaf), and one module per instruction set (`x86` holds what
+//! the x86 ones share). The per-ISA modules import only [`types`], `x86`,
+//! the formats and `exp`, never each other or the layers above;
+//! `kernels::dispatch` is the one place that maps a path to them, and
+//! `kernels::generic` holds their portable twins (`tests/kernels_agree.rs`
+//! checks every path against those).
 //!
-//! Each path implements the same per-row kernels as `kernels::generic` (its
-//! twin); `tests/kernels_agree.rs` checks every path against it. [`attn`]:
-//! the attention kernels (scores, weighted value sums, exp) on the same paths.
+//! Which path a model runs is the model's choice (`Model::set_kernels`,
+//! [`crate::EngineOptions`]); this module only says which paths the CPU can
+//! run and which is the fastest ([`best`]).
 
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
+pub mod types;
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
-pub mod attn;
 #[cfg(target_arch = "x86_64")]
-mod attn_x86;
+pub(crate) mod attn_x86;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -22,76 +30,14 @@ pub(crate) mod avx512;
 pub(crate) mod avx512vnni;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod q8;
-pub mod silu;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod silu;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni_q8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni_tile;
-
-/// A global scale as the vector E4M3 decoders (`avx512::e4m3x16`,
-/// `avx2_q8::e4m3x8`) apply it. They place a sign-extended E4M3 byte's
-/// bits in an f32 that reads 2^120 below its value; multiplying by `2^120 *
-/// gs` at once equals multiplying by 2^120 (exact) and then by `gs` whenever
-/// `2^120 * gs` is itself exact (a normal float), so one multiply serves
-/// and every scale stays bit-identical to `E4M3_TABLE[b] * gs`; other `gs`
-/// (zero, not finite) take the two multiplies.
 #[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct E4m3Scale {
-    /// `2^120 * gs` when `folded`, else 2^120.
-    pub(super) k: f32,
-    /// `gs`, applied separately unless `folded`.
-    pub(super) gs: f32,
-    /// Whether `k` already holds `gs`.
-    pub(super) folded: bool,
-}
-
-#[cfg(target_arch = "x86_64")]
-impl E4m3Scale {
-    /// 2^120: how much too small an E4M3 byte's bits read in an f32.
-    pub(super) const RESCALE: f32 = f32::from_bits(0x7B80_0000);
-
-    /// Keeps the sign (bit 31) and the exponent and mantissa (bits 20-26) of
-    /// a sign-extended E4M3 byte shifted left by 20.
-    pub(super) const BITS: i32 = 0x87F0_0000u32 as i32;
-
-    /// `gs` prepared for the decoders.
-    pub(crate) fn new(gs: f32) -> Self {
-        let k = Self::RESCALE * gs;
-        let folded = k.is_normal();
-        E4m3Scale { k: if folded { k } else { Self::RESCALE }, gs, folded }
-    }
-}
-
-/// How far ahead of the weight line being read the row kernels prefetch.
-/// The rows are read front to back and one after another, so the stream is
-/// one long sequential read; the hardware prefetchers stop at every 4 KiB
-/// boundary, the software prefetch does not (`benches/kernels.rs` measured
-/// 1.3-1.5x on one thread for distances of 2-8 KiB). 3 KiB into L2 (T1)
-/// rather than 4 KiB into L1 (T0): 2b decode 1.06x (median of 10 alternating
-/// pairs, 0.98-1.16) on an Intel Xeon host, prefill unchanged.
-#[cfg(target_arch = "x86_64")]
-pub(crate) const PREFETCH_BYTES: usize = 3072;
-
-/// Hints the cache line `PREFETCH_BYTES` after `p` into L2. A prefetch never
-/// faults, so the address may lie past the end of the weights.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) fn prefetch_ahead(p: *const u8) {
-    use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-    // SAFETY: PREFETCH has no architectural effect and never faults; SSE is
-    // part of x86_64.
-    unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH_BYTES) as *const i8) }
-}
-
-/// [`prefetch_ahead`] for a row's block scales, 8 times shorter than its codes.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) fn prefetch_scales_ahead(p: *const u8) {
-    use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-    // SAFETY: as in `prefetch_ahead`.
-    unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH_BYTES / 8) as *const i8) }
-}
+pub(crate) mod x86;
 
 /// A kernel implementation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -146,7 +92,8 @@ impl Path {
         Path::ALL.into_iter().find(|p| p.name() == s)
     }
 
-    /// Whether this CPU (and its OS/VMM-enabled register state) can run the path.
+    /// Whether this CPU (and its OS/VMM-enabled register state) can run the
+    /// path; for [`Path::Amx`] this asks the OS for the tile state once.
     pub fn supported(self) -> bool {
         match self {
             Path::Generic => true,
@@ -154,27 +101,6 @@ impl Path {
             Path::Avx512 => features().avx512,
             Path::Avx512Vnni => features().avx512vnni,
             Path::Amx => features().amx && amx::tile_state_granted(),
-        }
-    }
-
-    fn code(self) -> u8 {
-        match self {
-            Path::Generic => 1,
-            Path::Avx2 => 2,
-            Path::Avx512 => 3,
-            Path::Avx512Vnni => 4,
-            Path::Amx => 5,
-        }
-    }
-
-    fn from_code(c: u8) -> Option<Path> {
-        match c {
-            1 => Some(Path::Generic),
-            2 => Some(Path::Avx2),
-            3 => Some(Path::Avx512),
-            4 => Some(Path::Avx512Vnni),
-            5 => Some(Path::Amx),
-            _ => None,
         }
     }
 }
@@ -197,11 +123,8 @@ pub struct Features {
 /// 0 = not detected yet; else bit 0 set plus bit 1 avx2, bit 2 avx512, bit 3
 /// avx512vnni, bit 4 amx.
 static FEATURES: AtomicU8 = AtomicU8::new(0);
-/// `AUTO` (the best supported path) or a forced `Path::code`.
-static FORCED: AtomicU8 = AtomicU8::new(AUTO);
 /// XCR0 bits detection may count (see [`limit_xcr0`]); all by default.
 static XCR0_LIMIT: AtomicU64 = AtomicU64::new(u64::MAX);
-const AUTO: u8 = 255;
 
 /// The detected features (CPUID runs once; later calls read the cache).
 pub fn features() -> Features {
@@ -283,15 +206,11 @@ unsafe fn xgetbv0() -> u64 {
 /// features again): for a guest whose VMM says which XCR0 it set, on hosts
 /// where ring 3's XGETBV reports the host's XCR0 instead (nested hypervisors
 /// of the PVM kind). Without YMM state only [`Path::Generic`] remains,
-/// without opmask/ZMM state nothing above [`Path::Avx2`]. A path forced
-/// earlier is dropped if it is no longer supported.
+/// without opmask/ZMM state nothing above [`Path::Avx2`]. Call it before
+/// loading models: a model keeps the path it was given.
 pub fn limit_xcr0(xcr0: u64) {
     XCR0_LIMIT.store(xcr0, Ordering::Relaxed);
     FEATURES.store(0, Ordering::Relaxed);
-    let forced = Path::from_code(FORCED.load(Ordering::Relaxed));
-    if forced.is_some_and(|p| !p.supported()) {
-        FORCED.store(AUTO, Ordering::Relaxed);
-    }
 }
 
 /// The fastest path this CPU supports.
@@ -308,12 +227,6 @@ pub fn best() -> Path {
     }
 }
 
-/// The path `kernels::matmul` uses: the one forced with [`force`] (the
-/// engine's caller does that, see [`crate::EngineOptions`]), else [`best`].
-pub fn active() -> Path {
-    Path::from_code(FORCED.load(Ordering::Relaxed)).unwrap_or_else(best)
-}
-
 /// The requested path is not supported by this CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unsupported(pub Path);
@@ -321,86 +234,5 @@ pub struct Unsupported(pub Path);
 impl core::fmt::Display for Unsupported {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "this CPU cannot run the {} kernels; use generic or automatic", self.0.name())
-    }
-}
-
-/// Forces `path` for every later kernel call in this process (`None` = automatic).
-pub fn force(path: Option<Path>) -> Result<(), Unsupported> {
-    match path {
-        Some(p) if !p.supported() => Err(Unsupported(p)),
-        Some(p) => {
-            FORCED.store(p.code(), Ordering::Relaxed);
-            Ok(())
-        }
-        None => {
-            FORCED.store(AUTO, Ordering::Relaxed);
-            Ok(())
-        }
-    }
-}
-
-#[cfg(all(test, target_arch = "x86_64"))]
-mod tests {
-    use core::arch::x86_64::*;
-
-    use super::E4m3Scale;
-    use crate::weights::e4m3_to_f32;
-
-    /// Global scales that fold (a normal `2^120 gs`) and that do not.
-    const SCALES: [f32; 10] =
-        [1.0, 0.0123, 3.0e-7, 255.9, 1.0e-38, 256.0, 1.0e30, 1.0e-40, 0.0, f32::NAN];
-
-    /// Runs `decode` over every byte in groups of `width`, for every scale,
-    /// against the scalar decode times the scale, bit for bit (the 0x7F and
-    /// 0xFF NaN codes, which `pack verify` rejects, are not special-cased by
-    /// the vector decoders and are skipped).
-    fn check(width: usize, decode: impl Fn(&[u8], E4m3Scale) -> Vec<f32>) {
-        let bytes: Vec<u8> = (0..=255).collect();
-        for gs in SCALES {
-            for group in bytes.chunks_exact(width) {
-                let got = decode(group, E4m3Scale::new(gs));
-                for (&b, g) in group.iter().zip(got).filter(|(b, _)| **b & 0x7F != 0x7F) {
-                    let want = e4m3_to_f32(b) * gs;
-                    let same = g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan());
-                    assert!(same, "byte {b:#04x} gs {gs:e}: {g:e} vs {want:e}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn e4m3x16_is_bit_identical_to_the_scalar_decode_for_every_byte_and_scale() {
-        if !std::is_x86_feature_detected!("avx512bw") || !std::is_x86_feature_detected!("avx512vl")
-        {
-            eprintln!("no AVX-512 here: nothing to compare");
-            return;
-        }
-        check(16, |sixteen, gs| {
-            let mut got = vec![0f32; 16];
-            // SAFETY: AVX-512 F/BW/VL checked above; 16 bytes at the pointer,
-            // 16 floats in `got`.
-            unsafe {
-                _mm512_storeu_ps(got.as_mut_ptr(), super::avx512::e4m3x16(sixteen.as_ptr(), gs))
-            };
-            got
-        });
-    }
-
-    #[test]
-    fn e4m3x8_is_bit_identical_to_the_scalar_decode_for_every_byte_and_scale() {
-        if !std::is_x86_feature_detected!("avx2") || !std::is_x86_feature_detected!("fma") {
-            eprintln!("no AVX2 here: nothing to compare");
-            return;
-        }
-        check(8, |eight, gs| {
-            let mut got = vec![0f32; 8];
-            // SAFETY: AVX2 + FMA checked above; 8 bytes at the pointer, 8
-            // floats in `got`.
-            unsafe {
-                let b = _mm256_cvtepi8_epi32(_mm_loadl_epi64(eight.as_ptr() as *const __m128i));
-                _mm256_storeu_ps(got.as_mut_ptr(), super::avx2_q8::e4m3x8(b, gs));
-            }
-            got
-        });
     }
 }

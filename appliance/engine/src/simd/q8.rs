@@ -1,4 +1,4 @@
-//! Row kernels for [`Linear::Q8`](crate::weights::Linear::Q8) weights (int8
+//! Row kernels for q8 weights (`Linear::Q8`: int8
 //! with one F16 scale per 32 columns, the `q8` output head) on f32
 //! activations, for AVX2 and AVX-512. Twin: `kernels::generic` (which scales
 //! each weight before the dot product; these scale each block's partial sum).
@@ -9,8 +9,8 @@
 
 use core::arch::x86_64::*;
 
-use crate::kernels::TILE;
-use crate::weights::Q8_GROUP;
+use super::types::{Q8_GROUP, TILE};
+use super::x86::{hsum256, prefetch_ahead};
 
 /// Block `b`'s F16 scale broadcast to 8 lanes.
 ///
@@ -46,7 +46,7 @@ pub(crate) unsafe fn row_avx2<const N: usize>(
         for b in 0..cols / Q8_GROUP {
             let p = data.as_ptr().add(Q8_GROUP * b);
             if b % 2 == 0 {
-                super::prefetch_ahead(p);
+                prefetch_ahead(p);
             }
             let w: [__m256; 4] = core::array::from_fn(|k| {
                 let v = _mm_loadl_epi64(p.add(8 * k) as *const __m128i);
@@ -63,7 +63,7 @@ pub(crate) unsafe fn row_avx2<const N: usize>(
             }
         }
         for (o, a) in out.iter_mut().zip(acc) {
-            *o = super::avx2::hsum(a);
+            *o = hsum256(a);
         }
     }
 }
@@ -87,7 +87,7 @@ pub(crate) unsafe fn row_avx512<const N: usize>(
         for b in 0..cols / Q8_GROUP {
             let p = data.as_ptr().add(Q8_GROUP * b);
             if b % 2 == 0 {
-                super::prefetch_ahead(p);
+                prefetch_ahead(p);
             }
             let w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i)));
             let w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(

@@ -1,7 +1,7 @@
-//! SiLU and exp over a slice, bit-identical to the scalar [`crate::ops::silu`]
-//! (`x / (1 + libm::expf(-x))`) and [`expf_floored`] on every path, so the
-//! DeltaNet conv and the sampler that use them give the same result whichever
-//! path runs them.
+//! SiLU and exp over a slice with AVX2 and AVX-512, bit-identical to the
+//! scalar `exp::silu` (`x / (1 + libm::expf(-x))`) and `exp::expf_floored`,
+//! so the DeltaNet conv and the sampler that use them (`kernels::act`) give
+//! the same result whichever path runs them.
 //!
 //! The SIMD versions evaluate libm's `expf` (FreeBSD's `e_expf.c`) lane by
 //! lane with the same f32 operations in the same order: `k` from `x / ln 2`
@@ -12,59 +12,13 @@
 //! vector lane as in a scalar register, and nothing is fused. A group of
 //! lanes holding a NaN or an input beyond +-80 (where libm takes its
 //! overflow, underflow and subnormal branches) runs the scalar code instead,
-//! except that [`exp_in_place`] gives 0 below -80 on every path.
+//! except that the exp kernels give 0 below -80 as `expf_floored` does.
 
-use super::Path;
-use crate::ops::silu;
+use core::arch::x86_64::*;
 
-/// `x = silu(x)` for every element, with `path`'s vectors where it has them.
-pub fn silu_in_place(path: Path, x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    match path {
-        // SAFETY: the path is supported (callers pass `simd::active()`, which
-        // is), and the kernels touch only `x`.
-        p if p.avx512() && p.supported() => unsafe { x86::silu512(x) },
-        // SAFETY: as above for AVX2.
-        Path::Avx2 if path.supported() => unsafe { x86::silu256(x) },
-        _ => x.iter_mut().for_each(|v| *v = silu(*v)),
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = path;
-        x.iter_mut().for_each(|v| *v = silu(*v));
-    }
-}
-
-/// `libm::expf(x)`, or 0 for `x < -80` (where `expf` is below 2e-35): the
-/// weights of a softmax, `x` being a logit minus the largest.
-pub fn expf_floored(x: f32) -> f32 {
-    if x < -80.0 {
-        0.0
-    } else {
-        libm::expf(x)
-    }
-}
-
-/// `x = expf_floored(x)` for every element, with `path`'s vectors where it
-/// has them.
-pub fn exp_in_place(path: Path, x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    match path {
-        // SAFETY: the path is supported, and the kernels touch only `x`.
-        p if p.avx512() && p.supported() => unsafe { x86::exp512(x) },
-        // SAFETY: as above for AVX2.
-        Path::Avx2 if path.supported() => unsafe { x86::exp256(x) },
-        _ => x.iter_mut().for_each(|v| *v = expf_floored(*v)),
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = path;
-        x.iter_mut().for_each(|v| *v = expf_floored(*v));
-    }
-}
+use crate::exp::{expf_floored, silu};
 
 /// libm `expf`'s constants (`e_expf.c`).
-#[cfg(target_arch = "x86_64")]
 mod k {
     pub const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
     pub const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
@@ -81,246 +35,156 @@ mod k {
     pub const SAFE: f32 = 80.0;
 }
 
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{expf_floored, k, silu};
-    use core::arch::x86_64::*;
-
-    /// `expf` of 16 lanes, each `|x| <= k::SAFE` (no NaN).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn expf16(x: __m512) -> __m512 {
-        let hx = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fff_ffff));
-        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
-        let half = _mm512_mask_blend_ps(neg, _mm512_set1_ps(0.5), _mm512_set1_ps(-0.5));
-        let kbig =
-            _mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(k::INV_LN2), x), half));
-        let kmid = _mm512_mask_blend_epi32(neg, _mm512_set1_epi32(1), _mm512_set1_epi32(-1));
-        let big = _mm512_cmpgt_epi32_mask(hx, _mm512_set1_epi32(k::BIG));
-        let mid = _mm512_cmpgt_epi32_mask(hx, _mm512_set1_epi32(k::MID));
-        let ki = _mm512_maskz_mov_epi32(mid, _mm512_mask_blend_epi32(big, kmid, kbig));
-        let kf = _mm512_cvtepi32_ps(ki);
-        let hi = _mm512_sub_ps(x, _mm512_mul_ps(kf, _mm512_set1_ps(k::LN2_HI)));
-        let lo = _mm512_mul_ps(kf, _mm512_set1_ps(k::LN2_LO));
-        let xr = _mm512_sub_ps(hi, lo);
-        let xx = _mm512_mul_ps(xr, xr);
-        let p = _mm512_add_ps(_mm512_set1_ps(k::P1), _mm512_mul_ps(xx, _mm512_set1_ps(k::P2)));
-        let c = _mm512_sub_ps(xr, _mm512_mul_ps(xx, p));
-        let q = _mm512_div_ps(_mm512_mul_ps(xr, c), _mm512_sub_ps(_mm512_set1_ps(2.0), c));
-        let y = _mm512_add_ps(_mm512_set1_ps(1.0), _mm512_add_ps(_mm512_sub_ps(q, lo), hi));
-        let two_k = _mm512_slli_epi32::<23>(_mm512_add_epi32(ki, _mm512_set1_epi32(127)));
-        let y = _mm512_mul_ps(y, _mm512_castsi512_ps(two_k));
-        let tiny = _mm512_cmple_epi32_mask(hx, _mm512_set1_epi32(k::TINY));
-        _mm512_mask_blend_ps(tiny, y, _mm512_add_ps(_mm512_set1_ps(1.0), x))
-    }
-
-    /// [`super::silu_in_place`] with AVX-512.
-    ///
-    /// # Safety
-    /// AVX-512 F must be available.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn silu512(x: &mut [f32]) {
-        let mut chunks = x.chunks_exact_mut(16);
-        for c in &mut chunks {
-            // SAFETY: `c` holds 16 floats.
-            let v = unsafe { _mm512_loadu_ps(c.as_ptr()) };
-            let ok = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(_mm512_abs_ps(v), _mm512_set1_ps(k::SAFE));
-            if ok != 0xFFFF {
-                c.iter_mut().for_each(|v| *v = silu(*v));
-                continue;
-            }
-            let e = expf16(_mm512_sub_ps(_mm512_setzero_ps(), v));
-            let r = _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0), e));
-            // SAFETY: as above.
-            unsafe { _mm512_storeu_ps(c.as_mut_ptr(), r) };
-        }
-        chunks.into_remainder().iter_mut().for_each(|v| *v = silu(*v));
-    }
-
-    /// [`super::exp_in_place`] with AVX-512.
-    ///
-    /// # Safety
-    /// AVX-512 F must be available.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn exp512(x: &mut [f32]) {
-        let (safe, low) = (_mm512_set1_ps(k::SAFE), _mm512_set1_ps(-k::SAFE));
-        let mut chunks = x.chunks_exact_mut(16);
-        for c in &mut chunks {
-            // SAFETY: `c` holds 16 floats.
-            let v = unsafe { _mm512_loadu_ps(c.as_ptr()) };
-            // Below -80 is 0; NaN or above 80 takes the scalar code.
-            if _mm512_cmp_ps_mask::<_CMP_LE_OQ>(v, safe) != 0xFFFF {
-                c.iter_mut().for_each(|v| *v = expf_floored(*v));
-                continue;
-            }
-            let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, low);
-            let e = expf16(_mm512_max_ps(v, low));
-            // SAFETY: as above.
-            unsafe { _mm512_storeu_ps(c.as_mut_ptr(), _mm512_maskz_mov_ps(!under, e)) };
-        }
-        chunks.into_remainder().iter_mut().for_each(|v| *v = expf_floored(*v));
-    }
-
-    /// `expf` of 8 lanes, each `|x| <= k::SAFE` (no NaN).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn expf8(x: __m256) -> __m256 {
-        let hx = _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fff_ffff));
-        let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
-        let half = _mm256_blendv_ps(_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5), neg);
-        let kbig =
-            _mm256_cvttps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(k::INV_LN2), x), half));
-        let kmid = _mm256_castps_si256(_mm256_blendv_ps(
-            _mm256_castsi256_ps(_mm256_set1_epi32(1)),
-            _mm256_castsi256_ps(_mm256_set1_epi32(-1)),
-            neg,
-        ));
-        let big = _mm256_cmpgt_epi32(hx, _mm256_set1_epi32(k::BIG));
-        let mid = _mm256_cmpgt_epi32(hx, _mm256_set1_epi32(k::MID));
-        let ki = _mm256_and_si256(mid, _mm256_blendv_epi8(kmid, kbig, big));
-        let kf = _mm256_cvtepi32_ps(ki);
-        let hi = _mm256_sub_ps(x, _mm256_mul_ps(kf, _mm256_set1_ps(k::LN2_HI)));
-        let lo = _mm256_mul_ps(kf, _mm256_set1_ps(k::LN2_LO));
-        let xr = _mm256_sub_ps(hi, lo);
-        let xx = _mm256_mul_ps(xr, xr);
-        let p = _mm256_add_ps(_mm256_set1_ps(k::P1), _mm256_mul_ps(xx, _mm256_set1_ps(k::P2)));
-        let c = _mm256_sub_ps(xr, _mm256_mul_ps(xx, p));
-        let q = _mm256_div_ps(_mm256_mul_ps(xr, c), _mm256_sub_ps(_mm256_set1_ps(2.0), c));
-        let y = _mm256_add_ps(_mm256_set1_ps(1.0), _mm256_add_ps(_mm256_sub_ps(q, lo), hi));
-        let two_k = _mm256_slli_epi32::<23>(_mm256_add_epi32(ki, _mm256_set1_epi32(127)));
-        let y = _mm256_mul_ps(y, _mm256_castsi256_ps(two_k));
-        let tiny = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(k::TINY + 1), hx));
-        _mm256_blendv_ps(y, _mm256_add_ps(_mm256_set1_ps(1.0), x), tiny)
-    }
-
-    /// [`super::silu_in_place`] with AVX2.
-    ///
-    /// # Safety
-    /// AVX2 must be available.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn silu256(x: &mut [f32]) {
-        let mut chunks = x.chunks_exact_mut(8);
-        for c in &mut chunks {
-            // SAFETY: `c` holds 8 floats.
-            let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
-            let a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff)));
-            let ok = _mm256_cmp_ps::<_CMP_LE_OQ>(a, _mm256_set1_ps(k::SAFE));
-            if _mm256_movemask_ps(ok) != 0xFF {
-                c.iter_mut().for_each(|v| *v = silu(*v));
-                continue;
-            }
-            let e = expf8(_mm256_sub_ps(_mm256_setzero_ps(), v));
-            let r = _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0), e));
-            // SAFETY: as above.
-            unsafe { _mm256_storeu_ps(c.as_mut_ptr(), r) };
-        }
-        chunks.into_remainder().iter_mut().for_each(|v| *v = silu(*v));
-    }
-
-    /// [`super::exp_in_place`] with AVX2.
-    ///
-    /// # Safety
-    /// AVX2 must be available.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn exp256(x: &mut [f32]) {
-        let (safe, low) = (_mm256_set1_ps(k::SAFE), _mm256_set1_ps(-k::SAFE));
-        let mut chunks = x.chunks_exact_mut(8);
-        for c in &mut chunks {
-            // SAFETY: `c` holds 8 floats.
-            let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
-            if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(v, safe)) != 0xFF {
-                c.iter_mut().for_each(|v| *v = expf_floored(*v));
-                continue;
-            }
-            let under = _mm256_cmp_ps::<_CMP_LT_OQ>(v, low);
-            let e = expf8(_mm256_max_ps(v, low));
-            // SAFETY: as above.
-            unsafe { _mm256_storeu_ps(c.as_mut_ptr(), _mm256_andnot_ps(under, e)) };
-        }
-        chunks.into_remainder().iter_mut().for_each(|v| *v = expf_floored(*v));
-    }
+/// `expf` of 16 lanes, each `|x| <= k::SAFE` (no NaN).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn expf16(x: __m512) -> __m512 {
+    let hx = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fff_ffff));
+    let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+    let half = _mm512_mask_blend_ps(neg, _mm512_set1_ps(0.5), _mm512_set1_ps(-0.5));
+    let kbig =
+        _mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(k::INV_LN2), x), half));
+    let kmid = _mm512_mask_blend_epi32(neg, _mm512_set1_epi32(1), _mm512_set1_epi32(-1));
+    let big = _mm512_cmpgt_epi32_mask(hx, _mm512_set1_epi32(k::BIG));
+    let mid = _mm512_cmpgt_epi32_mask(hx, _mm512_set1_epi32(k::MID));
+    let ki = _mm512_maskz_mov_epi32(mid, _mm512_mask_blend_epi32(big, kmid, kbig));
+    let kf = _mm512_cvtepi32_ps(ki);
+    let hi = _mm512_sub_ps(x, _mm512_mul_ps(kf, _mm512_set1_ps(k::LN2_HI)));
+    let lo = _mm512_mul_ps(kf, _mm512_set1_ps(k::LN2_LO));
+    let xr = _mm512_sub_ps(hi, lo);
+    let xx = _mm512_mul_ps(xr, xr);
+    let p = _mm512_add_ps(_mm512_set1_ps(k::P1), _mm512_mul_ps(xx, _mm512_set1_ps(k::P2)));
+    let c = _mm512_sub_ps(xr, _mm512_mul_ps(xx, p));
+    let q = _mm512_div_ps(_mm512_mul_ps(xr, c), _mm512_sub_ps(_mm512_set1_ps(2.0), c));
+    let y = _mm512_add_ps(_mm512_set1_ps(1.0), _mm512_add_ps(_mm512_sub_ps(q, lo), hi));
+    let two_k = _mm512_slli_epi32::<23>(_mm512_add_epi32(ki, _mm512_set1_epi32(127)));
+    let y = _mm512_mul_ps(y, _mm512_castsi512_ps(two_k));
+    let tiny = _mm512_cmple_epi32_mask(hx, _mm512_set1_epi32(k::TINY));
+    _mm512_mask_blend_ps(tiny, y, _mm512_add_ps(_mm512_set1_ps(1.0), x))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use alloc::vec::Vec;
-
-    /// Inputs over the whole range the conv produces and past it: every
-    /// branch of libm's `expf` (tiny, near 0.5 and 1.5 ln 2, large, beyond
-    /// the safe range, NaN, infinities, -0.0, subnormals).
-    fn inputs() -> Vec<f32> {
-        let mut v: Vec<f32> = Vec::new();
-        let mut s = 0x2545_f491u32;
-        for i in 0..200_000u32 {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            let u = (s >> 8) as f32 / (1 << 24) as f32 - 0.5;
-            v.push(match i % 6 {
-                0 => u * 2.0,
-                1 => u * 24.0,
-                2 => u * 180.0,
-                3 => u * 1e-3,
-                4 => f32::from_bits((s & 0x807f_ffff) | (0x3e00_0000 + (s % 3) * 0x0080_0000)),
-                _ => u * 3e-5,
-            });
+/// `kernels::act::silu_in_place` with AVX-512.
+///
+/// # Safety
+/// AVX-512 F must be available.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn silu512(x: &mut [f32]) {
+    let mut chunks = x.chunks_exact_mut(16);
+    for c in &mut chunks {
+        // SAFETY: `c` holds 16 floats.
+        let v = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+        let ok = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(_mm512_abs_ps(v), _mm512_set1_ps(k::SAFE));
+        if ok != 0xFFFF {
+            c.iter_mut().for_each(|v| *v = silu(*v));
+            continue;
         }
-        for b in [0x3eb1_7218u32, 0x3eb1_7219, 0x3f85_1592, 0x3f85_1593, 0x3900_0000, 0x3900_0001] {
-            v.extend([f32::from_bits(b), -f32::from_bits(b)]);
-        }
-        v.extend([0.0, -0.0, 80.0, -80.0, 80.00001, 88.8, -104.0, 1e-40, -1e-40]);
-        v.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MIN_POSITIVE]);
-        v
+        let e = expf16(_mm512_sub_ps(_mm512_setzero_ps(), v));
+        let r = _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0), e));
+        // SAFETY: as above.
+        unsafe { _mm512_storeu_ps(c.as_mut_ptr(), r) };
     }
+    chunks.into_remainder().iter_mut().for_each(|v| *v = silu(*v));
+}
 
-    #[test]
-    fn every_path_matches_scalar_floored_exp_bit_for_bit() {
-        let mut x = inputs();
-        // Softmax inputs: logits minus the largest, over the whole floor.
-        x.extend((0..4000).map(|i| -(i as f32) * 0.031));
-        x.extend([-80.0, -80.00001, -87.0, -103.0, -1e30]);
-        let want: Vec<u32> = x.iter().map(|v| expf_floored(*v).to_bits()).collect();
-        assert_eq!(expf_floored(-80.00001), 0.0);
-        assert_eq!(expf_floored(-80.0), libm::expf(-80.0));
-        for path in Path::ALL.into_iter().filter(|p| p.supported()) {
-            for skip in [0, 3] {
-                let mut got = x[skip..].to_vec();
-                exp_in_place(path, &mut got);
-                for (i, (g, w)) in got.iter().zip(&want[skip..]).enumerate() {
-                    assert_eq!(
-                        g.to_bits(),
-                        *w,
-                        "{}: exp({:e}) = {g:e}, scalar {:e}",
-                        path.name(),
-                        x[skip + i],
-                        f32::from_bits(*w)
-                    );
-                }
-            }
+/// `kernels::act::exp_in_place` with AVX-512.
+///
+/// # Safety
+/// AVX-512 F must be available.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn exp512(x: &mut [f32]) {
+    let (safe, low) = (_mm512_set1_ps(k::SAFE), _mm512_set1_ps(-k::SAFE));
+    let mut chunks = x.chunks_exact_mut(16);
+    for c in &mut chunks {
+        // SAFETY: `c` holds 16 floats.
+        let v = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+        // Below -80 is 0; NaN or above 80 takes the scalar code.
+        if _mm512_cmp_ps_mask::<_CMP_LE_OQ>(v, safe) != 0xFFFF {
+            c.iter_mut().for_each(|v| *v = expf_floored(*v));
+            continue;
         }
+        let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, low);
+        let e = expf16(_mm512_max_ps(v, low));
+        // SAFETY: as above.
+        unsafe { _mm512_storeu_ps(c.as_mut_ptr(), _mm512_maskz_mov_ps(!under, e)) };
     }
+    chunks.into_remainder().iter_mut().for_each(|v| *v = expf_floored(*v));
+}
 
-    #[test]
-    fn every_path_matches_scalar_silu_bit_for_bit() {
-        let x = inputs();
-        let want: Vec<u32> = x.iter().map(|v| silu(*v).to_bits()).collect();
-        for path in Path::ALL.into_iter().filter(|p| p.supported()) {
-            // Odd offsets and lengths exercise the remainders.
-            for skip in [0, 3] {
-                let mut got = x[skip..].to_vec();
-                silu_in_place(path, &mut got);
-                for (i, (g, w)) in got.iter().zip(&want[skip..]).enumerate() {
-                    assert_eq!(
-                        g.to_bits(),
-                        *w,
-                        "{}: silu({:e}) = {g:e}, scalar {:e}",
-                        path.name(),
-                        x[skip + i],
-                        f32::from_bits(*w)
-                    );
-                }
-            }
+/// `expf` of 8 lanes, each `|x| <= k::SAFE` (no NaN).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn expf8(x: __m256) -> __m256 {
+    let hx = _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fff_ffff));
+    let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
+    let half = _mm256_blendv_ps(_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5), neg);
+    let kbig =
+        _mm256_cvttps_epi32(_mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(k::INV_LN2), x), half));
+    let kmid = _mm256_castps_si256(_mm256_blendv_ps(
+        _mm256_castsi256_ps(_mm256_set1_epi32(1)),
+        _mm256_castsi256_ps(_mm256_set1_epi32(-1)),
+        neg,
+    ));
+    let big = _mm256_cmpgt_epi32(hx, _mm256_set1_epi32(k::BIG));
+    let mid = _mm256_cmpgt_epi32(hx, _mm256_set1_epi32(k::MID));
+    let ki = _mm256_and_si256(mid, _mm256_blendv_epi8(kmid, kbig, big));
+    let kf = _mm256_cvtepi32_ps(ki);
+    let hi = _mm256_sub_ps(x, _mm256_mul_ps(kf, _mm256_set1_ps(k::LN2_HI)));
+    let lo = _mm256_mul_ps(kf, _mm256_set1_ps(k::LN2_LO));
+    let xr = _mm256_sub_ps(hi, lo);
+    let xx = _mm256_mul_ps(xr, xr);
+    let p = _mm256_add_ps(_mm256_set1_ps(k::P1), _mm256_mul_ps(xx, _mm256_set1_ps(k::P2)));
+    let c = _mm256_sub_ps(xr, _mm256_mul_ps(xx, p));
+    let q = _mm256_div_ps(_mm256_mul_ps(xr, c), _mm256_sub_ps(_mm256_set1_ps(2.0), c));
+    let y = _mm256_add_ps(_mm256_set1_ps(1.0), _mm256_add_ps(_mm256_sub_ps(q, lo), hi));
+    let two_k = _mm256_slli_epi32::<23>(_mm256_add_epi32(ki, _mm256_set1_epi32(127)));
+    let y = _mm256_mul_ps(y, _mm256_castsi256_ps(two_k));
+    let tiny = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(k::TINY + 1), hx));
+    _mm256_blendv_ps(y, _mm256_add_ps(_mm256_set1_ps(1.0), x), tiny)
+}
+
+/// `kernels::act::silu_in_place` with AVX2.
+///
+/// # Safety
+/// AVX2 must be available.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn silu256(x: &mut [f32]) {
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        // SAFETY: `c` holds 8 floats.
+        let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
+        let a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff)));
+        let ok = _mm256_cmp_ps::<_CMP_LE_OQ>(a, _mm256_set1_ps(k::SAFE));
+        if _mm256_movemask_ps(ok) != 0xFF {
+            c.iter_mut().for_each(|v| *v = silu(*v));
+            continue;
         }
+        let e = expf8(_mm256_sub_ps(_mm256_setzero_ps(), v));
+        let r = _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), r) };
     }
+    chunks.into_remainder().iter_mut().for_each(|v| *v = silu(*v));
+}
+
+/// `kernels::act::exp_in_place` with AVX2.
+///
+/// # Safety
+/// AVX2 must be available.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn exp256(x: &mut [f32]) {
+    let (safe, low) = (_mm256_set1_ps(k::SAFE), _mm256_set1_ps(-k::SAFE));
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        // SAFETY: `c` holds 8 floats.
+        let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
+        if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(v, safe)) != 0xFF {
+            c.iter_mut().for_each(|v| *v = expf_floored(*v));
+            continue;
+        }
+        let under = _mm256_cmp_ps::<_CMP_LT_OQ>(v, low);
+        let e = expf8(_mm256_max_ps(v, low));
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), _mm256_andnot_ps(under, e)) };
+    }
+    chunks.into_remainder().iter_mut().for_each(|v| *v = expf_floored(*v));
 }

@@ -1,5 +1,4 @@
-//! AVX-512 VNNI GEMM tile for [`Linear::Q8`](crate::weights::Linear::Q8)
-//! weights (int8, one F16 scale per 32 columns: the `q8` output head) on
+//! AVX-512 VNNI GEMM tile for q8 weights (`Linear::Q8`: int8, one F16 scale per 32 columns, the `q8` output head) on
 //! int8 activations quantized per 16-column block (`kernels::q8act`, in
 //! natural column order). Twin: the generic f32 path on the dequantized
 //! activations (`kernels::round_q8`); integer sums are exact.
@@ -14,18 +13,14 @@
 
 use core::arch::x86_64::*;
 
-use super::avx512vnni::Q8In;
-use crate::kernels::{TILE, TILE_ROWS};
-use crate::weights::Q8_GROUP;
+use super::types::{Q8In, Q8_GROUP, Q8_OFFSET, TILE, TILE_ROWS};
+use super::x86::prefetch_ahead;
 
 /// Rows per tile in the multi-row kernel.
 pub(crate) const ROWS: usize = 4;
 
 /// Most tokens per tile.
 pub(crate) const TOKENS: usize = 4;
-
-/// The offset added to every weight to make it unsigned.
-pub(crate) const OFFSET: i32 = 128;
 
 /// The two F16 block scales of 64 columns at `p`, each in the 8 dword lanes
 /// of its block.
@@ -76,7 +71,7 @@ pub(crate) unsafe fn q8_tile<const R: usize, const N: usize>(
             let mut sw = [_mm512_setzero_ps(); R];
             for r in 0..R {
                 let p = data.as_ptr().add(r * cols + 64 * c);
-                super::prefetch_ahead(p);
+                prefetch_ahead(p);
                 w[r] = _mm512_xor_si512(_mm512_loadu_si512(p as *const __m512i), flip);
                 sw[r] = scales64(scales.as_ptr().add(r * srow + 4 * c));
             }
@@ -108,11 +103,12 @@ pub(crate) unsafe fn q8_tile<const R: usize, const N: usize>(
 /// Adds the last 32 columns (when `cols % 64 == 32`), lane by lane.
 fn tail(data: &[u8], scales: &[u8], cols: usize, x: Q8In<'_>, n: usize, out: &mut [f32; TILE]) {
     let c0 = cols - Q8_GROUP;
-    let sw = crate::weights::q8_scale(scales, c0 / Q8_GROUP);
+    let b = c0 / Q8_GROUP;
+    let sw = half::f16::from_le_bytes([scales[2 * b], scales[2 * b + 1]]).to_f32();
     for (t, o) in out.iter_mut().enumerate().take(n) {
         for lane in (c0..cols).step_by(4) {
             let sum: i32 = (lane..lane + 4)
-                .map(|j| (i32::from(data[j] as i8) + OFFSET) * i32::from(x.q[t * cols + j]))
+                .map(|j| (i32::from(data[j] as i8) + Q8_OFFSET) * i32::from(x.q[t * cols + j]))
                 .sum();
             let g = (t * cols + lane) / 4;
             *o += (sum + x.corr[g]) as f32 * (sw * x.scale[g]);

@@ -9,7 +9,7 @@
 //! are regrouped by two `vpermt2b` (lane `L` of the first takes packed
 //! bytes `8L..8L+3`, of the second `8L+4..8L+7`) and expanded by four
 //! `vpermb` (low nibbles, and after a 16-bit shift high nibbles) into
-//! doubled, offset E2M1 bytes (`simd::avx512vnni`); its 16 block scales are
+//! doubled, offset E2M1 bytes (`simd::x86::e2m1_offset_bytes`); its 16 block scales are
 //! one `e4m3x16`. Each token's four activation vectors, offset correction
 //! and scales are loaded once per chunk; then every (row, token) pair takes
 //! four `vpdpbusd` into one accumulator, a multiply of the block scales, a
@@ -24,10 +24,13 @@
 use core::arch::x86_64::*;
 use core::mem::transmute;
 
-use super::avx512::e4m3x16;
-use super::avx512vnni::{tail, Q8In, E2M1_U8};
-use super::E4m3Scale;
-use crate::kernels::{TILE, TILE_ROWS};
+use super::types::{Q8In, TILE, TILE_ROWS};
+use super::x86::{
+    e2m1_offset_bytes, e4m3x16, prefetch_ahead, prefetch_scales_ahead, tail_q8, E4m3Scale,
+};
+
+/// `2 * E2M1(code) + 12` for the low 4 bits of a `vpermb` index (6 bits).
+const E2M1_U8: [u8; 64] = e2m1_offset_bytes();
 
 /// Columns per chunk.
 pub(crate) const CHUNK: usize = 256;
@@ -130,11 +133,11 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
             let mut sv = [_mm512_setzero_ps(); R];
             for r in 0..R {
                 let p = packed.as_ptr().add(r * prow + 128 * c);
-                super::prefetch_ahead(p);
-                super::prefetch_ahead(p.add(64));
+                prefetch_ahead(p);
+                prefetch_ahead(p.add(64));
                 if c % 4 == 0 {
                     // The block scales' own stream, a line every 4 chunks.
-                    super::prefetch_scales_ahead(scales.as_ptr().add(r * srow + 16 * c));
+                    prefetch_scales_ahead(scales.as_ptr().add(r * srow + 16 * c));
                 }
                 let d0 = _mm512_loadu_si512(p as *const __m512i);
                 let d1 = _mm512_loadu_si512(p.add(64) as *const __m512i);
@@ -180,6 +183,6 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
     // Columns after the last full chunk (none in most products).
     for (r, o) in out.iter_mut().enumerate().take(if chunks * CHUNK < cols { R } else { 0 }) {
         let (p, s) = (&packed[r * prow..(r + 1) * prow], &scales[r * srow..(r + 1) * srow]);
-        tail(p, s, gs, cols, chunks * CHUNK, x, GROUP, N, o);
+        tail_q8(p, s, gs, cols, chunks * CHUNK, x, GROUP, N, o);
     }
 }

@@ -7,8 +7,8 @@
 //!        value heads' v channels (each channel's window rolls on its own),
 //!        q/k L2 norm, the value heads' decay and beta, token by token
 //! run 2, items (sequence, value head): the delta rule and the gated norm
-//!        (`DeltaNet::head`, or `head_chunked` from `chunked_min_tokens`, as
-//!        for one sequence)
+//!        (`DeltaNet::head`, or `head_chunked` from the model's
+//!        `deltanet_chunked_min` tokens, as for one sequence)
 //! ```
 //!
 //! Every element goes through the same f32 steps in the same order as in
@@ -21,8 +21,10 @@ use core::ops::Range;
 
 use super::{DeltaNet, Projected, Seq};
 use crate::config::ModelConfig;
+use crate::kernels::{silu_in_place, Exec};
 use crate::ops::{sigmoid, softplus};
-use crate::pool::{split, Parallel, SharedMut};
+use crate::pool::{split, SharedMut};
+use crate::simd::Path;
 
 /// One sequence's recurrent state in a batched mix.
 pub(crate) struct SeqState<'s> {
@@ -47,11 +49,13 @@ impl DeltaNet<'_> {
     /// Conv, gates and the delta rule over the rows of every sequence in `p`
     /// (sequence `j` owns rows `seqs[j].rows`, in order and disjoint),
     /// updating their states; returns the normed, gated core output
-    /// `[T, value_dim]` of all rows.
+    /// `[T, value_dim]` of all rows. A sequence of at least `chunked_min`
+    /// rows takes the chunked form.
     pub(crate) fn mix_batch(
         &self,
         cfg: &ModelConfig,
-        pool: &dyn Parallel,
+        ex: Exec<'_>,
+        chunked_min: usize,
         p: &mut Projected,
         seqs: &mut [SeqState<'_>],
     ) -> Vec<f32> {
@@ -74,7 +78,7 @@ impl DeltaNet<'_> {
             .collect();
         let rows: Vec<Range<usize>> = seqs.iter().map(|s| s.rows.clone()).collect();
         let serial = tokens * hv * dk * dv < 1 << 16;
-        let run = |f: &(dyn Fn(usize, usize) + Sync)| if serial { f(0, 1) } else { pool.run(f) };
+        let run = |f: &(dyn Fn(usize, usize) + Sync)| if serial { f(0, 1) } else { ex.pool.run(f) };
 
         let (qkv, b, dec) =
             (SharedMut::new(&mut p.qkv), SharedMut::new(&mut p.b), SharedMut::new(&mut decay));
@@ -87,7 +91,8 @@ impl DeltaNet<'_> {
                 // value heads of sequence j's rows and window; items are
                 // handed to one worker each; the buffers outlive the run.
                 unsafe {
-                    self.prepare_key_head(cfg, kh, rows[j].clone(), shared[j], (qkv, b, dec), a)
+                    let bufs = (qkv, b, dec);
+                    self.prepare_key_head(cfg, ex.path, kh, rows[j].clone(), shared[j], bufs, a)
                 };
             }
         });
@@ -106,16 +111,16 @@ impl DeltaNet<'_> {
                     decay: &decay[r.start * hv..r.end * hv],
                     tokens: r.len(),
                 };
-                // A long enough prefill chunk takes the chunked form (`chunked_min_tokens`).
+                // A long enough prefill chunk takes the chunked form.
                 // SAFETY: head h of sequence j: its state slice and its output
                 // columns of rows r are this item's alone (`out` is offset to
                 // row r.start); the buffers outlive the run.
                 unsafe {
                     let o = shared[j].out.offset(r.start * vd);
-                    if r.len() >= super::chunked_min_tokens() {
-                        self.head_chunked(cfg, h, &seq, shared[j].recurrent, o);
+                    if r.len() >= chunked_min {
+                        self.head_chunked(cfg, ex.path, h, &seq, shared[j].recurrent, o);
                     } else {
-                        self.head(cfg, h, &seq, shared[j].recurrent, o, None, 0);
+                        self.head(cfg, ex.path, h, &seq, shared[j].recurrent, o, None, 0);
                     }
                 }
             }
@@ -132,9 +137,11 @@ impl DeltaNet<'_> {
     /// v channels (of rows `r` of `qkv` and of the window in `s.conv`), or
     /// its value heads' entries of `b` and `decay` in rows `r`; the buffers
     /// have the layer's shapes.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn prepare_key_head(
         &self,
         cfg: &ModelConfig,
+        path: Path,
         kh: usize,
         r: Range<usize>,
         s: Shared,
@@ -152,7 +159,7 @@ impl DeltaNet<'_> {
         for t in r {
             for c in chans.iter().chain(core::iter::once(&vchans)) {
                 // SAFETY: these channels of row t and of the window are ours.
-                unsafe { self.conv_channels(cfg, qkv.offset(t * cd), s.conv, c.clone()) };
+                unsafe { self.conv_channels(cfg, path, qkv.offset(t * cd), s.conv, c.clone()) };
             }
             // SAFETY: as above, key head kh's q and k of row t.
             let (q, k) = unsafe {
@@ -184,6 +191,7 @@ impl DeltaNet<'_> {
     unsafe fn conv_channels(
         &self,
         cfg: &ModelConfig,
+        path: Path,
         row: SharedMut,
         window: SharedMut,
         chans: Range<usize>,
@@ -209,6 +217,6 @@ impl DeltaNet<'_> {
             }
             *x = acc;
         }
-        crate::simd::silu::silu_in_place(crate::simd::active(), x);
+        silu_in_place(path, x);
     }
 }
