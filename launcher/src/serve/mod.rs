@@ -14,6 +14,7 @@ mod relay;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod tools;
 mod web;
 mod wire;
 
