@@ -161,11 +161,15 @@ pub struct TokenizeArgs {
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Text to tokenize.
-    #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+    #[arg(long, conflicts_with_all = ["file", "chat"], required_unless_present_any = ["file", "chat"])]
     pub text: Option<String>,
     /// File whose contents to tokenize.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "chat")]
     pub file: Option<PathBuf>,
+    /// An OpenAI chat request body (`messages`, optional `tools` and
+    /// `chat_template_kwargs`): print the prompt the chat template renders.
+    #[arg(long)]
+    pub chat: Option<PathBuf>,
     #[command(flatten)]
     pub json: JsonFlag,
 }

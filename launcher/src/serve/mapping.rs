@@ -44,6 +44,19 @@ pub fn chat_request(
     Ok(out)
 }
 
+/// An OpenAI chat body's text (`model` optional here) as a protocol request,
+/// greedy: what `tokenize --chat` renders. The error says what is wrong.
+pub fn chat_body(text: &str) -> Result<GenerateRequest, String> {
+    let mut value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    if let Value::Object(o) = &mut value {
+        o.entry("model").or_insert_with(|| Value::from(""));
+    }
+    let req: ChatRequest =
+        serde_json::from_value(value).map_err(|e| format!("not a chat request: {e}"))?;
+    let ordered: Ordered = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    chat_request(&req, &ordered, 0).map_err(|e| e.message)
+}
+
 /// One OpenAI message as a protocol message.
 fn message(m: &ChatMessage) -> Result<Message, ApiError> {
     let role = match m.role.as_str() {
@@ -61,16 +74,16 @@ fn message(m: &ChatMessage) -> Result<Message, ApiError> {
     let mut out = Message::new(role, content_text(m.content.as_ref())?);
     out.reasoning_content = m.reasoning_content.clone().filter(|r| !r.is_empty());
     out.tool_call_id = m.tool_call_id.clone();
-    out.tool_calls = m
-        .tool_calls
-        .iter()
-        .flatten()
-        .map(|c| MessageCall {
-            id: c.id.clone(),
-            name: c.function.name.clone(),
-            arguments: c.function.arguments.clone(),
-        })
-        .collect();
+    for c in m.tool_calls.iter().flatten() {
+        let (name, arguments) = match (&c.function, &c.name) {
+            (Some(f), _) => (f.name.clone(), f.arguments.clone()),
+            (None, Some(n)) => (n.clone(), c.arguments.clone().unwrap_or_default()),
+            (None, None) => {
+                return Err(ApiError::bad_param("messages", "a tool call needs a function name"))
+            }
+        };
+        out.tool_calls.push(MessageCall { id: c.id.clone(), name, arguments });
+    }
     Ok(out)
 }
 

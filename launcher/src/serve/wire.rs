@@ -70,8 +70,16 @@ pub struct MessageToolCall {
     /// The call's id.
     #[serde(default)]
     pub id: Option<String>,
-    /// Its function.
-    pub function: CallFunction,
+    /// Its function (`{"name", "arguments"}`).
+    #[serde(default)]
+    pub function: Option<CallFunction>,
+    /// The name, in the bare form `{"name", "arguments"}` (transformers'
+    /// templates accept both).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The arguments' JSON text, in the bare form.
+    #[serde(default)]
+    pub arguments: Option<String>,
 }
 
 /// `{"name", "arguments"}` of a call.
