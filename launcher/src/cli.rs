@@ -77,6 +77,10 @@ pub struct JsonFlag {
 /// Sampling and drafting options shared by generate, chat and batch.
 #[derive(Debug, Args, Clone, Default)]
 pub struct SamplingArgs {
+    /// Constrain the output to this JSON Schema (a file): the answer is
+    /// JSON valid under it (`response_format: json_schema`).
+    #[arg(long, value_name = "FILE", value_parser = read_schema)]
+    pub json_schema: Option<kore_protocol::RawJson>,
     /// Maximum number of tokens to generate.
     #[arg(long)]
     pub max_tokens: Option<usize>,
@@ -426,4 +430,11 @@ pub struct SetupArgs {
 
 fn parse_hugepage_size(s: &str) -> std::result::Result<crate::host::HugepageSize, String> {
     s.parse()
+}
+
+/// Reads a `--json-schema` file: its JSON text, order kept.
+fn read_schema(path: &str) -> std::result::Result<kore_protocol::RawJson, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    serde_json::from_str::<kore_protocol::RawJson>(&text)
+        .map_err(|e| format!("{path}: not JSON ({e})"))
 }
