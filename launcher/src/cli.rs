@@ -77,6 +77,10 @@ pub struct JsonFlag {
 /// Sampling and drafting options shared by generate, chat and batch.
 #[derive(Debug, Args, Clone, Default)]
 pub struct SamplingArgs {
+    /// Constrain the output to this JSON Schema (a file): the answer is
+    /// JSON valid under it (`response_format: json_schema`).
+    #[arg(long, value_name = "FILE", value_parser = read_schema)]
+    pub json_schema: Option<kore_protocol::RawJson>,
     /// Maximum number of tokens to generate.
     #[arg(long)]
     pub max_tokens: Option<usize>,
@@ -161,11 +165,15 @@ pub struct TokenizeArgs {
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Text to tokenize.
-    #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+    #[arg(long, conflicts_with_all = ["file", "chat"], required_unless_present_any = ["file", "chat"])]
     pub text: Option<String>,
     /// File whose contents to tokenize.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "chat")]
     pub file: Option<PathBuf>,
+    /// An OpenAI chat request body (`messages`, optional `tools` and
+    /// `chat_template_kwargs`): print the prompt the chat template renders.
+    #[arg(long)]
+    pub chat: Option<PathBuf>,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -432,4 +440,11 @@ pub struct SetupArgs {
 
 fn parse_hugepage_size(s: &str) -> std::result::Result<crate::host::HugepageSize, String> {
     s.parse()
+}
+
+/// Reads a `--json-schema` file: its JSON text, order kept.
+fn read_schema(path: &str) -> std::result::Result<kore_protocol::RawJson, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    serde_json::from_str::<kore_protocol::RawJson>(&text)
+        .map_err(|e| format!("{path}: not JSON ({e})"))
 }

@@ -87,6 +87,12 @@ pub fn engine<'m>(
     if let Some(alloc) = settings.bench_alloc {
         engine = engine.with_bench_alloc(alloc);
     }
+    // Constrained decoding (tools, response_format) masks over the
+    // tokenizer's vocabulary: built once per placement.
+    if let Some(t) = tokenizer {
+        let vocab = crate::grammar_vocab(t, model.config.vocab_size);
+        engine = engine.with_grammar_vocab(Arc::new(vocab));
+    }
     engine
 }
 

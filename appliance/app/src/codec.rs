@@ -11,8 +11,10 @@ use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
+use kore_grammar::json::Value;
+use kore_service::protocol::RawJson;
 use kore_service::{Codec, CodecError, Message, Role, StreamDecode};
-use kore_tokenizer::{ChatOptions, ChatTemplate, Tokenizer, Utf8Stream};
+use kore_tokenizer::{ChatOptions, ChatTemplate, Tokenizer, ToolCall, Utf8Stream};
 
 /// The served model's tokenizer, chat template and stop ids.
 #[derive(Debug, Clone)]
@@ -55,7 +57,43 @@ fn role(r: Role) -> kore_tokenizer::Role {
         Role::System => kore_tokenizer::Role::System,
         Role::User => kore_tokenizer::Role::User,
         Role::Assistant => kore_tokenizer::Role::Assistant,
+        Role::Tool => kore_tokenizer::Role::Tool,
     }
+}
+
+/// A request's tools and its messages' call arguments, parsed keeping key
+/// order (the template prints them as written).
+struct Parsed {
+    tools: Vec<Value>,
+    /// Per message, its calls' (name, arguments).
+    args: Vec<Vec<Value>>,
+}
+
+fn bad(what: &str, e: impl core::fmt::Display) -> CodecError {
+    CodecError::Unsupported(format!("{what}: {e}"))
+}
+
+fn parse_parts(messages: &[Message], tools: Option<&RawJson>) -> Result<Parsed, CodecError> {
+    let tools = match tools {
+        None => Vec::new(),
+        Some(t) => match Value::parse(t.get()).map_err(|e| bad("\"tools\"", e))? {
+            Value::Array(list) => list,
+            _ => return Err(bad("\"tools\"", "must be an array")),
+        },
+    };
+    let mut args = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let mut calls = Vec::with_capacity(m.tool_calls.len());
+        for (j, c) in m.tool_calls.iter().enumerate() {
+            let what = format!("messages[{i}].tool_calls[{j}].arguments");
+            match Value::parse(&c.arguments).map_err(|e| bad(&what, e))? {
+                v @ Value::Object(_) => calls.push(v),
+                _ => return Err(bad(&what, "must be the JSON text of an object")),
+            }
+        }
+        args.push(calls);
+    }
+    Ok(Parsed { tools, args })
 }
 
 impl Codec for TokenizerCodec {
@@ -71,19 +109,48 @@ impl Codec for TokenizerCodec {
         Ok(tokenizer.encode(text))
     }
 
-    fn render_chat(&self, messages: &[Message], thinking: bool) -> Result<Vec<u32>, CodecError> {
+    fn render_chat(
+        &self,
+        messages: &[Message],
+        tools: Option<&RawJson>,
+        thinking: bool,
+    ) -> Result<Vec<u32>, CodecError> {
         let (Some(tokenizer), Ok(template)) = (&self.tokenizer, &self.template) else {
             let why = self.template.as_ref().err().map_or("", String::as_str);
             return Err(CodecError::Unsupported(format!(
                 "this model cannot chat ({why}); send a raw `prompt` or `prompt_ids` instead"
             )));
         };
+        let parsed = parse_parts(messages, tools)?;
+        let calls: Vec<Vec<ToolCall<'_>>> = messages
+            .iter()
+            .zip(&parsed.args)
+            .map(|(m, args)| {
+                let named = m.tool_calls.iter().zip(args);
+                named.map(|(c, a)| ToolCall { name: &c.name, arguments: Some(a) }).collect()
+            })
+            .collect();
         let msgs: Vec<kore_tokenizer::ChatMessage<'_>> = messages
             .iter()
-            .map(|m| kore_tokenizer::ChatMessage::new(role(m.role), &m.content))
+            .zip(&calls)
+            .map(|(m, calls)| kore_tokenizer::ChatMessage {
+                role: role(m.role),
+                content: &m.content,
+                reasoning: m.reasoning_content.as_deref(),
+                tool_calls: calls,
+            })
             .collect();
         let options = ChatOptions { add_generation_prompt: true, thinking };
-        template.render(tokenizer, &msgs, options).map_err(|e| CodecError::Failed(e.to_string()))
+        // The template's own refusals (a system message not first, a call
+        // whose arguments are no object) are the request's fault.
+        template
+            .render_with_tools(tokenizer, &msgs, &parsed.tools, options)
+            .map_err(|e| CodecError::Unsupported(e.to_string()))
+    }
+
+    fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let t = self.tokenizer.as_ref();
+        t.and_then(|t| t.token_bytes(id)).map(<[u8]>::to_vec).unwrap_or_default()
     }
 
     fn decoder(&self) -> OwnedDecoder {

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench::BenchReport;
 use crate::error::ErrorCode;
 use crate::request::Id;
+use crate::tools::{CallDelta, CallOut, TokenLogprob};
 
 /// Which part of the model's output a delta belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,6 +80,10 @@ pub struct DeltaEvent<'a> {
     pub delta: Cow<'a, str>,
     /// Its phase.
     pub phase: Phase,
+    /// A piece of a tool call (`delta` is then empty; requests with
+    /// `tools` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call: Option<CallDelta<'a>>,
 }
 
 /// The final event of a successful (or cancelled) request.
@@ -99,6 +104,13 @@ pub struct DoneEvent<'a> {
     pub thinking: Option<Cow<'a, str>>,
     /// Measurements.
     pub stats: Cow<'a, Stats>,
+    /// The model's tool calls (requests with `tools`; `finish` is then
+    /// `stop` and `text` holds what came before the calls).
+    #[serde(default, skip_serializing_if = "<[CallOut]>::is_empty")]
+    pub tool_calls: Cow<'a, [CallOut]>,
+    /// Each generated token's log-probabilities (requests with `logprobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Cow<'a, [TokenLogprob]>>,
 }
 
 /// `{"code", "message"}` inside an error event.
@@ -263,6 +275,7 @@ mod tests {
                 id: Cow::Borrowed(&id),
                 delta: Cow::Borrowed("hi"),
                 phase: Phase::Thinking,
+                tool_call: None,
             }),
             Event::Done(DoneEvent {
                 id: Cow::Borrowed(&id),
@@ -272,6 +285,8 @@ mod tests {
                 text: Cow::Borrowed("abc"),
                 thinking: None,
                 stats: Cow::Borrowed(&stats),
+                tool_calls: Cow::Borrowed(&[]),
+                logprobs: None,
             }),
             Event::Error(ErrorEvent {
                 id: Cow::Borrowed(&Id::NULL),

@@ -10,6 +10,7 @@
 //! - [`event`]: [`Event`] lines (delta, done, error, info, bench), written by
 //!   [`write_line`] and read by [`parse_event`].
 //! - [`bench`]: the benchmark's request and report.
+//! - [`tools`]: tool calls, structured outputs and log-probabilities.
 #![no_std]
 #![warn(missing_docs)]
 extern crate alloc;
@@ -18,6 +19,7 @@ pub mod bench;
 pub mod error;
 pub mod event;
 pub mod request;
+pub mod tools;
 
 pub use bench::{BenchReport, BenchRequest, MtpBench, BENCH_POSITIVE_FIELDS};
 pub use error::{ErrorCode, LineError};
@@ -26,6 +28,10 @@ pub use event::{
     Finish, InfoBody, InfoEvent, Phase, Stats,
 };
 pub use request::{parse_line, GenerateRequest, Id, Input, Message, Request, Role};
+pub use tools::{
+    CallDelta, CallOut, Choice, Format, MessageCall, RawJson, ResponseFormat, TokenLogprob,
+    TopLogprob,
+};
 
 /// Protocol revision documented in `docs/protocol.md`.
 pub const PROTOCOL_VERSION: u32 = 1;

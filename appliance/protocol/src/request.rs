@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::bench::BenchRequest;
 use crate::error::{ErrorCode, LineError};
+use crate::tools::{self, Choice, Format, MessageCall, RawJson, ResponseFormat, MAX_TOP_LOGPROBS};
 
 /// Most stop strings one request may give.
 pub const MAX_STOP_STRINGS: usize = 8;
@@ -75,6 +76,8 @@ pub enum Role {
     User,
     /// An earlier answer of the model.
     Assistant,
+    /// A tool's result (the answer to an assistant's call).
+    Tool,
 }
 
 impl Role {
@@ -84,6 +87,7 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 }
@@ -95,13 +99,29 @@ pub struct Message {
     /// Who wrote it.
     pub role: Role,
     /// What was written (plain text; special-token text is not special here).
+    #[serde(default)]
     pub content: String,
+    /// An assistant's reasoning, kept apart from `content`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// An assistant's calls, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<MessageCall>,
+    /// The call a `tool` message answers (kept for clients; not rendered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
     /// A message of `role` saying `content`.
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Message { role, content: content.into() }
+        Message {
+            role,
+            content: content.into(),
+            reasoning_content: None,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
     }
 }
 
@@ -164,6 +184,28 @@ pub struct GenerateRequest {
     /// Session whose kept state the request may continue (and then keeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// OpenAI `tools` (chat only): rendered into the prompt, and the model's
+    /// calls come back as `tool_call` deltas and the `done` event's
+    /// `tool_calls`, constrained to parse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<RawJson>,
+    /// `"auto"` (default), `"none"`, `"required"` or a named function.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
+    /// Several calls in one answer (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    /// `json_object` or `json_schema`: the output is constrained to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
+    /// Report each generated token's log-probability and this many (at most
+    /// 20) alternatives in the `done` event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<u8>,
+    /// `"generate"` or absent (read from the line, never written).
+    #[doc(hidden)]
+    #[serde(default, skip_serializing)]
+    pub op: Option<String>,
 }
 
 impl GenerateRequest {
@@ -219,11 +261,56 @@ impl GenerateRequest {
             ));
         }
         match &self.session {
-            Some(s) if s.is_empty() || s.len() > MAX_SESSION_BYTES => Err(format!(
-                "\"session\" must be a non-empty string of at most {MAX_SESSION_BYTES} bytes"
-            )),
-            _ => Ok(()),
+            Some(s) if s.is_empty() || s.len() > MAX_SESSION_BYTES => {
+                return Err(format!(
+                    "\"session\" must be a non-empty string of at most {MAX_SESSION_BYTES} bytes"
+                ))
+            }
+            _ => {}
         }
+        self.validate_tools()
+    }
+
+    /// The checked `tool_choice` (`Auto` when absent).
+    pub fn choice(&self) -> Result<Choice, String> {
+        self.tool_choice.as_ref().map_or(Ok(Choice::Auto), tools::tool_choice)
+    }
+
+    fn validate_tools(&self) -> Result<(), String> {
+        if let Some(n) = self.logprobs.filter(|&n| n > MAX_TOP_LOGPROBS) {
+            return Err(format!("\"logprobs\" is {n}; at most {MAX_TOP_LOGPROBS} alternatives"));
+        }
+        let chat = matches!(self.input(), Some(Input::Messages(_)));
+        if let Some(t) = &self.tools {
+            if !chat {
+                return Err("\"tools\" apply only to chat \"messages\"".into());
+            }
+            if !matches!(t.value(), Ok(Value::Array(_))) {
+                return Err("\"tools\" must be an array of tool objects".into());
+            }
+        }
+        let choice = self.choice()?;
+        if self.tools.is_none() && matches!(choice, Choice::Required | Choice::Named(_)) {
+            return Err("\"tool_choice\" asks for a call but no \"tools\" are given".into());
+        }
+        let format = match &self.response_format {
+            Some(f) => f.format()?,
+            None => Format::Text,
+        };
+        let calls = self.tools.is_some() && choice != Choice::None;
+        if calls && format != Format::Text {
+            return Err("\"response_format\" cannot be combined with \"tools\" \
+                        unless \"tool_choice\" is \"none\""
+                .into());
+        }
+        if let Some(m) = &self.messages {
+            for (i, msg) in m.iter().enumerate() {
+                if !msg.tool_calls.is_empty() && msg.role != Role::Assistant {
+                    return Err(format!("messages[{i}]: only assistant messages have tool_calls"));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn validate_input(&self) -> Result<(), String> {
@@ -305,6 +392,9 @@ fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
 }
 
 /// One request line.
+// A line is parsed once and moved into the queue; boxing the generate
+// variant would buy nothing but an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     /// Generate text.
@@ -318,7 +408,8 @@ pub enum Request {
 }
 
 impl Request {
-    /// The request as the JSON object [`parse_line`] reads.
+    /// The request as the JSON object [`parse_line`] reads (keys sorted:
+    /// write lines with [`Request::to_line`], which keeps their order).
     pub fn to_value(&self) -> Value {
         let mut obj = Map::new();
         let mut put = |k: &str, v: Value| drop(obj.insert(k.into(), v));
@@ -342,7 +433,13 @@ impl Request {
 
     /// The request as one line, newline included.
     pub fn to_line(&self) -> Vec<u8> {
-        let mut line = self.to_value().to_string().into_bytes();
+        // A generate request is written straight from its fields so that
+        // `tools` and schemas keep their key order (a `Value` sorts keys).
+        let direct = match self {
+            Request::Generate(g) => serde_json::to_vec(g).ok(),
+            _ => None,
+        };
+        let mut line = direct.unwrap_or_else(|| self.to_value().to_string().into_bytes());
         line.push(b'\n');
         line
     }
@@ -363,11 +460,15 @@ pub fn parse_line(line: &[u8]) -> Result<Option<Request>, LineError> {
         return Err(bad_json(String::from("a request must be a JSON object")));
     };
     let id = read_id(&obj)?;
-    parse_object(obj, id.clone()).map(Some).map_err(|message| LineError {
-        id,
-        code: ErrorCode::BadRequest,
-        message,
-    })
+    let generate = match obj.get("op") {
+        None => !obj.contains_key("cancel"),
+        Some(op) => op == "generate",
+    };
+    let parsed = match generate {
+        true => generate_from_str(text).map(Request::Generate),
+        false => parse_object(obj, id.clone()),
+    };
+    parsed.map(Some).map_err(|message| LineError { id, code: ErrorCode::BadRequest, message })
 }
 
 fn read_id(obj: &Map<String, Value>) -> Result<Id, LineError> {
@@ -413,6 +514,16 @@ fn parse_object(mut obj: Map<String, Value>, id: Id) -> Result<Request, String> 
 /// such as `kore-launch batch`'s input lines).
 pub fn generate_from_object(obj: Map<String, Value>) -> Result<GenerateRequest, String> {
     let g: GenerateRequest = typed(obj)?;
+    g.validate()?;
+    Ok(g)
+}
+
+/// Reads a generate request from its JSON text (an `"op": "generate"` is
+/// allowed), checked as [`parse_line`] checks it. Unlike
+/// [`generate_from_object`] it keeps `tools` and schemas in the order written.
+pub fn generate_from_str(text: &str) -> Result<GenerateRequest, String> {
+    let mut g: GenerateRequest = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    g.op = None;
     g.validate()?;
     Ok(g)
 }

@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 
 use crate::connection::ConnId;
 use crate::emit::Emitter;
-use kore_protocol::{Id, Stats};
+use kore_protocol::{Id, Stats, TokenLogprob};
 
 /// A request being generated.
 #[derive(Debug)]
@@ -20,6 +20,8 @@ pub(crate) struct Active<D> {
     pub(crate) max_tokens: u32,
     pub(crate) emitter: Emitter<D>,
     pub(crate) tokens: Vec<u32>,
+    /// Log-probabilities of `tokens`, when the request asked.
+    pub(crate) logprobs: Option<Vec<TokenLogprob>>,
     pub(crate) t_start: u64,
     pub(crate) t_first: Option<u64>,
     pub(crate) t_last: u64,

@@ -5,7 +5,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use kore_protocol::Message;
+use kore_protocol::{Message, RawJson};
 
 /// Why the codec cannot turn a request into tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,10 +34,22 @@ pub trait Codec {
     /// tokens written in the text are recognised).
     fn encode(&self, text: &str) -> Result<Vec<u32>, CodecError>;
 
-    /// Renders `messages` with the chat template plus the assistant generation
-    /// prompt, with thinking on or off; special tokens come only from the
-    /// template, never from message text.
-    fn render_chat(&self, messages: &[Message], thinking: bool) -> Result<Vec<u32>, CodecError>;
+    /// Renders `messages` (and `tools`, an OpenAI tools array, when given)
+    /// with the chat template plus the assistant generation prompt, with
+    /// thinking on or off; special tokens come only from the template, never
+    /// from message text.
+    fn render_chat(
+        &self,
+        messages: &[Message],
+        tools: Option<&RawJson>,
+        thinking: bool,
+    ) -> Result<Vec<u32>, CodecError>;
+
+    /// The bytes of token `id` (for log-probabilities; empty if unknown).
+    fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let _ = id;
+        Vec::new()
+    }
 
     /// A fresh streaming decoder.
     fn decoder(&self) -> Self::Decoder;

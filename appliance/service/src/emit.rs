@@ -7,8 +7,9 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use crate::calls::Calls;
 use crate::codec::StreamDecode;
-use kore_protocol::Phase;
+use kore_protocol::{CallDelta, CallOut, Phase};
 
 /// How a request's output is presented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +90,7 @@ pub struct Emitter<D> {
     text: String,
     thinking: String,
     stopped: bool,
+    calls: Option<Calls>,
 }
 
 impl<D: StreamDecode> Emitter<D> {
@@ -109,7 +111,27 @@ impl<D: StreamDecode> Emitter<D> {
             text: String::new(),
             thinking: String::new(),
             stopped: false,
+            calls: None,
         }
+    }
+
+    /// Parses the answer as text followed by tool calls (requests with
+    /// `tools`): the calls leave the answer text and come out as
+    /// [`Emitter::take_calls`] pieces and [`Emitter::calls`].
+    pub fn with_calls(mut self, calls: Calls) -> Self {
+        self.calls = Some(calls);
+        self
+    }
+
+    /// Tool-call pieces produced since the last call (streamed after the
+    /// text deltas of the same push).
+    pub fn take_calls(&mut self) -> Vec<CallDelta<'static>> {
+        self.calls.as_mut().map_or_else(Vec::new, Calls::take_pending)
+    }
+
+    /// The complete tool calls.
+    pub fn calls(&self) -> &[CallOut] {
+        self.calls.as_ref().map_or(&[], Calls::calls)
     }
 
     /// The answer text emitted so far.
@@ -157,9 +179,27 @@ impl<D: StreamDecode> Emitter<D> {
         }
         if !self.stopped && !self.held.is_empty() {
             let held = core::mem::take(&mut self.held);
-            self.text.push_str(&held);
-            emit(out, Phase::Answer, &held);
+            self.release(&held, out);
         }
+        if let Some(c) = self.calls.as_mut() {
+            let rest = c.finish();
+            self.text.push_str(&rest);
+            emit(out, Phase::Answer, &rest);
+        }
+    }
+
+    /// Answer text that no stop string can cut any more.
+    fn release(&mut self, s: &str, out: &mut Deltas) {
+        let plain;
+        let s = match self.calls.as_mut() {
+            Some(c) => {
+                plain = c.push(s);
+                plain.as_str()
+            }
+            None => s,
+        };
+        self.text.push_str(s);
+        emit(out, Phase::Answer, s);
     }
 
     fn add(&mut self, s: &str, out: &mut Deltas) {
@@ -186,15 +226,13 @@ impl<D: StreamDecode> Emitter<D> {
         if let Some(pos) = self.first_stop_match() {
             let before = String::from(&self.held[..pos]);
             self.held.clear();
-            self.text.push_str(&before);
-            emit(out, Phase::Answer, &before);
+            self.release(&before, out);
             self.stopped = true;
             return;
         }
         let keep_from = self.stop_prefix_start();
         let ready: String = self.held.drain(..keep_from).collect();
-        self.text.push_str(&ready);
-        emit(out, Phase::Answer, &ready);
+        self.release(&ready, out);
     }
 
     fn first_stop_match(&self) -> Option<usize> {

@@ -14,8 +14,9 @@ use core::cell::Cell;
 use crate::codec::{Codec, CodecError, StreamDecode};
 use crate::engine::{
     BenchReport, BenchRequest, Clock, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut,
+    TokenLogprobs,
 };
-use kore_protocol::Message;
+use kore_protocol::{Message, RawJson};
 
 /// `<|endoftext|>`.
 pub const END_OF_TEXT: u32 = 256;
@@ -70,13 +71,28 @@ impl Codec for FakeCodec {
         Ok(out)
     }
 
-    fn render_chat(&self, messages: &[Message], thinking: bool) -> Result<Vec<u32>, CodecError> {
+    fn render_chat(
+        &self,
+        messages: &[Message],
+        tools: Option<&RawJson>,
+        thinking: bool,
+    ) -> Result<Vec<u32>, CodecError> {
         let mut out = Vec::new();
+        if let Some(t) = tools {
+            out.push(IM_START);
+            out.extend(Self::text_ids("tools\n"));
+            out.extend(Self::text_ids(t.get()));
+            out.push(IM_END);
+        }
         for m in messages {
             out.push(IM_START);
             out.extend(Self::text_ids(m.role.as_str()));
             out.extend(Self::text_ids("\n"));
             out.extend(Self::text_ids(&m.content));
+            for c in &m.tool_calls {
+                out.extend(Self::text_ids(&c.name));
+                out.extend(Self::text_ids(&c.arguments));
+            }
             out.push(IM_END);
             out.extend(Self::text_ids("\n"));
         }
@@ -94,6 +110,13 @@ impl Codec for FakeCodec {
 
     fn decoder(&self) -> FakeDecoder {
         FakeDecoder::default()
+    }
+
+    fn token_bytes(&self, id: u32) -> Vec<u8> {
+        match SPECIALS.iter().find(|(s, _)| *s == id) {
+            Some((_, text)) => text.as_bytes().to_vec(),
+            None => u8::try_from(id).map(|b| alloc::vec![b]).unwrap_or_default(),
+        }
     }
 
     fn stop_ids(&self) -> &[u32] {
@@ -144,6 +167,14 @@ pub enum Behaviour {
     Script(Vec<u32>),
 }
 
+/// The fake engine's log-probabilities of token `t`: `-t/1000`, and as the
+/// `k` alternatives `t` itself then `t+1, t+2, ...`.
+pub fn fake_logprobs(t: u32, k: u8) -> TokenLogprobs {
+    let logprob = -(t as f32) / 1000.0;
+    let top = (0..u32::from(k)).map(|i| (t + i, logprob - i as f32)).collect();
+    TokenLogprobs { token: t, logprob, top }
+}
+
 /// A deterministic engine that records how it was driven.
 #[derive(Debug)]
 pub struct FakeEngine {
@@ -176,6 +207,8 @@ struct Run {
     pos: usize,
     step: u32,
     per_step: usize,
+    logprobs: Option<u8>,
+    taken: Vec<TokenLogprobs>,
 }
 
 impl FakeEngine {
@@ -241,7 +274,9 @@ impl Engine for FakeEngine {
             Behaviour::Script(s) => s.clone(),
         };
         let per_step = 1 + params.mtp.unwrap_or(0) as usize;
-        self.runs.insert(seq, Run { output, pos: 0, step: 0, per_step });
+        let logprobs = params.logprobs;
+        let run = Run { output, pos: 0, step: 0, per_step, logprobs, taken: Vec::new() };
+        self.runs.insert(seq, run);
         Ok(0)
     }
 
@@ -264,13 +299,21 @@ impl Engine for FakeEngine {
                 };
                 let mut tokens = Vec::with_capacity(n);
                 for _ in 0..n {
-                    tokens.push(run.output.get(run.pos).copied().unwrap_or(filler));
+                    let t = run.output.get(run.pos).copied().unwrap_or(filler);
+                    tokens.push(t);
                     run.pos += 1;
+                    if let Some(k) = run.logprobs {
+                        run.taken.push(fake_logprobs(t, k));
+                    }
                 }
                 Ok(tokens)
             };
             out.push(StepOut { seq, result });
         }
+    }
+
+    fn take_logprobs(&mut self, seq: SeqId) -> Vec<TokenLogprobs> {
+        self.runs.get_mut(&seq).map_or_else(Vec::new, |r| core::mem::take(&mut r.taken))
     }
 
     fn finish(&mut self, seq: SeqId) {

@@ -15,6 +15,7 @@
 extern crate alloc;
 
 mod active;
+pub mod calls;
 pub mod codec;
 pub mod connection;
 pub mod emit;

@@ -12,9 +12,11 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+mod constraint;
 mod intake;
 
 use crate::active::Active;
+use crate::calls::Calls;
 use crate::codec::Codec;
 pub use crate::connection::ConnId;
 use crate::connection::{ConnState, Connection};
@@ -25,7 +27,7 @@ use crate::engine::{
 use crate::framing::Frame;
 use kore_protocol::{
     parse_line, BenchEvent, DeltaEvent, DoneEvent, ErrorBody, ErrorCode, ErrorEvent, Finish, Id,
-    InfoBody, InfoEvent, Request, Stats, PROTOCOL_VERSION,
+    InfoBody, InfoEvent, Request, Stats, TokenLogprob, TopLogprob, PROTOCOL_VERSION,
 };
 
 /// Limits of a service instance.
@@ -55,7 +57,13 @@ impl Default for Config {
 /// Work waiting in the queue.
 #[derive(Debug)]
 enum JobKind {
-    Generate { prompt: Vec<u32>, params: GenParams, mode: Mode, stop: Vec<String> },
+    Generate {
+        prompt: Vec<u32>,
+        params: GenParams,
+        mode: Mode,
+        stop: Vec<String>,
+        tools: Option<kore_grammar::ToolSet>,
+    },
     Bench(BenchRequest),
 }
 
@@ -314,6 +322,8 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
                     text: Cow::Borrowed(""),
                     thinking: chat.then_some(Cow::Borrowed("")),
                     stats: Cow::Borrowed(&stats),
+                    tool_calls: Cow::Borrowed(&[]),
+                    logprobs: None,
                 };
                 self.send(conn, &done);
                 self.release(conn, &job.key);
@@ -346,9 +356,11 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
     }
 
     fn start_job(&mut self, job: Job) {
-        let (prompt, params, mode, stop) = match job.kind {
+        let (prompt, params, mode, stop, tools) = match job.kind {
             JobKind::Bench(b) => return self.run_bench(job.conn, &job.id, &job.key, &b),
-            JobKind::Generate { prompt, params, mode, stop } => (prompt, params, mode, stop),
+            JobKind::Generate { prompt, params, mode, stop, tools } => {
+                (prompt, params, mode, stop, tools)
+            }
         };
         let t_start = self.clock.now_ns();
         let seq = self.next_seq;
@@ -360,6 +372,10 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
                 return self.release(job.conn, &job.key);
             }
         };
+        let mut emitter = Emitter::new(self.codec.decoder(), mode, stop);
+        if let Some(set) = tools {
+            emitter = emitter.with_calls(Calls::new(set, format!("call_{seq}_")));
+        }
         let active = Active {
             conn: job.conn,
             id: job.id,
@@ -368,8 +384,9 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             prompt_tokens: prompt.len() as u32,
             cached_tokens,
             max_tokens: params.max_tokens,
-            emitter: Emitter::new(self.codec.decoder(), mode, stop),
+            emitter,
             tokens: Vec::new(),
+            logprobs: params.logprobs.map(|_| Vec::new()),
             t_start,
             t_first: None,
             t_last: t_start,
@@ -396,6 +413,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         for out in outs.drain(..) {
             match out.result {
                 Ok(tokens) => {
+                    self.take_logprobs(out.seq);
                     if let Some((finish, deltas)) = self.absorb(out.seq, &tokens, now) {
                         self.end_active(out.seq, finish, deltas);
                     }
@@ -410,6 +428,36 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             }
         }
         self.step_buf = outs;
+    }
+
+    /// Keeps the log-probabilities of `seq`'s new tokens, if it asked.
+    fn take_logprobs(&mut self, seq: SeqId) {
+        let wants = self.active.get(&seq).is_some_and(|a| a.logprobs.is_some());
+        if !wants {
+            return;
+        }
+        let taken = self.engine.take_logprobs(seq);
+        let codec = &self.codec;
+        let entry = |id: u32, logprob: f32| {
+            let bytes = codec.token_bytes(id);
+            let token = String::from_utf8_lossy(&bytes).into_owned();
+            (token, bytes, id, logprob)
+        };
+        let Some(list) = self.active.get_mut(&seq).and_then(|a| a.logprobs.as_mut()) else {
+            return;
+        };
+        for t in taken {
+            let (token, bytes, id, logprob) = entry(t.token, t.logprob);
+            let top = t
+                .top
+                .iter()
+                .map(|&(id, logprob)| {
+                    let (token, bytes, id, logprob) = entry(id, logprob);
+                    TopLogprob { id, token, bytes, logprob }
+                })
+                .collect();
+            list.push(TokenLogprob { id, token, bytes, logprob, top });
+        }
     }
 
     /// Takes one step's tokens into request `seq`, streams the text, and
@@ -448,7 +496,9 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             return Some((f, deltas));
         }
         let (conn, id) = (a.conn, a.id.clone());
+        let calls = a.emitter.take_calls();
         self.send_deltas(conn, &id, &deltas);
+        self.send_calls(conn, &id, calls);
         None
     }
 
@@ -466,6 +516,11 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             a.emitter.finish(&mut deltas);
         }
         self.send_deltas(a.conn, &a.id, &deltas);
+        let calls = a.emitter.take_calls();
+        self.send_calls(a.conn, &a.id, calls);
+        if let Some(l) = a.logprobs.as_mut() {
+            l.truncate(a.tokens.len());
+        }
         let stats = a.stats(self.info.context_limit);
         let done = DoneEvent {
             id: Cow::Borrowed(&a.id),
@@ -475,6 +530,8 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             text: Cow::Borrowed(a.emitter.text()),
             thinking: a.chat.then(|| Cow::Borrowed(a.emitter.thinking())),
             stats: Cow::Borrowed(&stats),
+            tool_calls: Cow::Borrowed(a.emitter.calls()),
+            logprobs: a.logprobs.as_deref().map(Cow::Borrowed),
         };
         self.send(a.conn, &done);
         self.release(a.conn, &a.key);
@@ -482,8 +539,24 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
 
     fn send_deltas(&mut self, conn: ConnId, id: &Id, deltas: &Deltas) {
         for (phase, text) in deltas {
-            let ev =
-                DeltaEvent { id: Cow::Borrowed(id), delta: Cow::Borrowed(text), phase: *phase };
+            let ev = DeltaEvent {
+                id: Cow::Borrowed(id),
+                delta: Cow::Borrowed(text),
+                phase: *phase,
+                tool_call: None,
+            };
+            self.send(conn, &ev);
+        }
+    }
+
+    fn send_calls(&mut self, conn: ConnId, id: &Id, calls: Vec<kore_protocol::CallDelta<'static>>) {
+        for call in calls {
+            let ev = DeltaEvent {
+                id: Cow::Borrowed(id),
+                delta: Cow::Borrowed(""),
+                phase: kore_protocol::Phase::Answer,
+                tool_call: Some(call),
+            };
             self.send(conn, &ev);
         }
     }

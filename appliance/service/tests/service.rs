@@ -137,7 +137,7 @@ impl PromptLen for FakeCodec {
     fn render_chat_for_test(&self, user: &str, thinking: bool) -> usize {
         use kore_service::{Codec, Message, Role};
         let m = [Message::new(Role::User, user)];
-        self.render_chat(&m, thinking).unwrap().len()
+        self.render_chat(&m, None, thinking).unwrap().len()
     }
 }
 

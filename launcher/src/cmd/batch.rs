@@ -173,13 +173,20 @@ fn parse_jobs(lines: &[String], args: &BatchArgs) -> Vec<Job> {
         *n += 1;
         let key = format!("{base}#{n}");
         let work = match parsed {
-            Ok(Value::Object(mut obj)) => {
-                obj.remove("id");
-                if obj.get("op").is_some_and(|op| op == "generate") {
-                    obj.remove("op");
-                }
-                match kore_protocol::request::generate_from_object(obj) {
+            Ok(Value::Object(obj)) => {
+                // Read from the line's text: `tools` and `response_format`
+                // keep their key order. A bad `id` is the row's name only.
+                let read = match obj.get("id") {
+                    Some(id) if !(id.is_string() || id.is_number() || id.is_null()) => {
+                        let mut obj = obj;
+                        obj.remove("id");
+                        kore_protocol::request::generate_from_str(&Value::Object(obj).to_string())
+                    }
+                    _ => kore_protocol::request::generate_from_str(line),
+                };
+                match read {
                     Ok(mut req) => {
+                        req.id = kore_protocol::Id::NULL;
                         add_defaults(&mut req, args);
                         Work::Request(Box::new(req))
                     }

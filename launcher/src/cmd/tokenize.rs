@@ -13,6 +13,9 @@ use crate::error::{LaunchError, Result};
 pub fn run(args: TokenizeArgs) -> Result<()> {
     let model = crate::model::resolve(args.model.as_deref())?;
     let tokenizer = load(&model)?;
+    if let Some(file) = &args.chat {
+        return chat(tokenizer, &read_text(file)?, args.json.json);
+    }
     let text = match (&args.text, &args.file) {
         (Some(text), _) => text.clone(),
         (None, Some(file)) => read_text(file)?,
@@ -26,6 +29,34 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
         println!("{}", line.join(" "));
     }
     Ok(())
+}
+
+/// `--chat FILE`: the body's messages and tools rendered by the chat
+/// template, as text (special tokens written out) and ids.
+fn chat(tokenizer: Tokenizer, body: &str, json: bool) -> Result<()> {
+    let (text, ids) = render_chat(tokenizer, body).map_err(LaunchError::Usage)?;
+    if json {
+        println!("{}", serde_json::json!({ "text": text, "ids": ids }));
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}
+
+/// Renders an OpenAI chat body as the service does (`kore_service::Codec`).
+fn render_chat(
+    tokenizer: Tokenizer,
+    body: &str,
+) -> std::result::Result<(String, Vec<u32>), String> {
+    use kore_service::Codec;
+    let req = crate::serve::chat_body(body)?;
+    let tokenizer = std::sync::Arc::new(tokenizer);
+    let codec = kore_appliance::TokenizerCodec::new(tokenizer.clone(), Vec::new());
+    let messages = req.messages.as_deref().unwrap_or_default();
+    let ids = codec
+        .render_chat(messages, req.tools.as_ref(), req.thinking_on())
+        .map_err(|e| format!("{e:?}"))?;
+    Ok((tokenizer.decode(&ids), ids))
 }
 
 /// Loads `tokenizer.json` from a pack or Hugging Face directory (or the file itself).
@@ -61,6 +92,52 @@ mod tests {
 
     fn fixture(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../appliance/tokenizer/tests/data").join(name)
+    }
+
+    /// Every committed chat-template fixture (bodies rendered by
+    /// transformers' apply_chat_template) renders to the same text; the ids
+    /// are checked against the fixture's on the real Qwen3.5 vocabulary where
+    /// it was generated (scripts/tokenizer, `qwen35-reference`), else they
+    /// must decode to that text on the tiny pack's.
+    #[test]
+    fn chat_bodies_render_as_the_template_fixtures() {
+        let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model-packs/tiny");
+        let real = fixture("generated/qwen3_5_tokenizer.json");
+        let raw = std::fs::read_to_string(fixture("chat_template_qwen35.json")).unwrap();
+        let fixtures: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        let cases = fixtures["cases"].as_array().unwrap();
+        assert!(cases.len() >= 10);
+        for (i, case) in cases.iter().enumerate() {
+            // The body's text as committed (its key order), not re-serialized.
+            let body = body_text(&raw, i);
+            let Some(want_text) = case["text"].as_str() else {
+                // The template raises on this body: so must the renderer.
+                let got = render_chat(load(&tiny).unwrap(), &body);
+                assert!(got.is_err(), "{}: {got:?}", case["name"]);
+                continue;
+            };
+            let (text, ids) = render_chat(load(&tiny).unwrap(), &body).unwrap();
+            assert_eq!(text, want_text, "{}", case["name"]);
+            if real.is_file() {
+                let (text, ids) = render_chat(load(&real).unwrap(), &body).unwrap();
+                let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+                assert_eq!(text, want_text, "{}", case["name"]);
+                // By design message text never becomes a special token (HF
+                // encodes a user's "</think>" as one): only such cases differ.
+                let added = ["<think>", "</think>", "<tool_response>", "<tool_call>"];
+                let special_text = added.iter().any(|a| body.contains(a));
+                assert!(ids == want || special_text, "{}: {ids:?} != {want:?}", case["name"]);
+            } else {
+                assert_eq!(load(&tiny).unwrap().decode(&ids), want_text, "{}", case["name"]);
+            }
+        }
+    }
+
+    /// The text of case `i`'s `body` in the fixture file, as written.
+    fn body_text(raw: &str, i: usize) -> String {
+        let v = kore_grammar::json::Value::parse(raw).unwrap();
+        let case = &v.get("cases").unwrap().as_array().unwrap()[i];
+        case.get("body").unwrap().to_compact_json()
     }
 
     #[test]

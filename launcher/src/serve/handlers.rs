@@ -19,7 +19,7 @@ use super::error::ApiError;
 use super::mapping::{self, Envelope};
 use super::relay::{Relay, Update};
 use super::stream::{self, Kind};
-use super::wire::{ChatRequest, CompletionRequest, ModelCard, ModelList, Options};
+use super::wire::{ChatRequest, CompletionRequest, ModelCard, ModelList, Options, Ordered};
 use super::AppState;
 use crate::client::Done;
 
@@ -32,20 +32,20 @@ const INFO_WAIT: Duration = Duration::from_secs(3);
 
 type Shared = State<Arc<AppState>>;
 
-/// A JSON body whose rejections are OpenAI error bodies.
+/// A request body whose rejections (too large, unreadable) are OpenAI error
+/// bodies; handlers read it as JSON themselves (twice: typed, and the
+/// order-sensitive fields as written).
 #[derive(Debug)]
-pub struct ApiJson<T>(pub T);
+pub struct ApiBody(pub Bytes);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+impl<S: Send + Sync> FromRequest<S> for ApiBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state)
+        Bytes::from_request(req, state)
             .await
-            .map_err(|r| ApiError::body(r.status(), r.body_text()))?;
-        serde_json::from_slice(&bytes)
-            .map(ApiJson)
-            .map_err(|e| ApiError::bad_request(format!("the body is not a valid request: {e}")))
+            .map(ApiBody)
+            .map_err(|r| ApiError::body(r.status(), r.body_text()))
     }
 }
 
@@ -61,24 +61,32 @@ pub async fn models(State(s): Shared) -> Json<ModelList> {
     Json(ModelList { object: "list", data: vec![card] })
 }
 
+/// The body read twice: typed, and its order-sensitive fields as written.
+fn ordered(body: &Bytes) -> Result<Ordered, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_param("response_format", format!("`tools` or `response_format`: {e}"))
+    })
+}
+
+fn typed<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a valid request: {e}")))
+}
+
 /// `POST /v1/chat/completions`.
-pub async fn chat(
-    State(s): Shared,
-    ApiJson(req): ApiJson<ChatRequest>,
-) -> Result<Response, ApiError> {
+pub async fn chat(State(s): Shared, ApiBody(body): ApiBody) -> Result<Response, ApiError> {
+    let req: ChatRequest = typed(&body)?;
     mapping::check_model(&req.model, &s.model)?;
-    let protocol = mapping::chat_request(&req, random_seed())?;
+    let protocol = mapping::chat_request(&req, &ordered(&body)?, random_seed())?;
     let env = envelope(&s, "chatcmpl");
     run(s, protocol, env, Kind::Chat, &req.options).await
 }
 
 /// `POST /v1/completions`.
-pub async fn completions(
-    State(s): Shared,
-    ApiJson(req): ApiJson<CompletionRequest>,
-) -> Result<Response, ApiError> {
+pub async fn completions(State(s): Shared, ApiBody(body): ApiBody) -> Result<Response, ApiError> {
+    let req: CompletionRequest = typed(&body)?;
     mapping::check_model(&req.model, &s.model)?;
-    let protocol = mapping::completion_request(&req, random_seed())?;
+    let protocol = mapping::completion_request(&req, &ordered(&body)?, random_seed())?;
     let env = envelope(&s, "cmpl");
     run(s, protocol, env, Kind::Completion, &req.options).await
 }

@@ -2,13 +2,15 @@
 //! protocol's `done` events back to OpenAI answers. Pure functions: the
 //! handlers and the unit tests share them.
 
-use kore_protocol::{Finish, GenerateRequest, Message, Role, Stats};
+use kore_protocol::tools::MAX_TOP_LOGPROBS;
+use kore_protocol::{Finish, GenerateRequest, Message, MessageCall, Role, Stats};
 use serde_json::Value;
 
 use super::error::ApiError;
+use super::tools::{answer_calls, chat_logprobs, completion_logprobs};
 use super::wire::{
-    Answer, AnswerMessage, ChatChoice, ChatRequest, CompletionRequest, Content, OneOrMany, Options,
-    PromptDetails, TextChoice, Usage,
+    Answer, AnswerMessage, ChatChoice, ChatMessage, ChatRequest, CompletionRequest, Content,
+    OneOrMany, Options, Ordered, PromptDetails, TextChoice, Usage,
 };
 use crate::client::Done;
 
@@ -20,35 +22,127 @@ pub fn check_model(asked: &str, served: &str) -> Result<(), ApiError> {
     }
 }
 
-/// The protocol request for a chat request (without `id`); `fallback_seed`
-/// is used when sampling without a `seed`.
-pub fn chat_request(req: &ChatRequest, fallback_seed: u64) -> Result<GenerateRequest, ApiError> {
+/// The protocol request for a chat request (without `id`); `ordered`: its
+/// `tools` and `response_format` as written (key order kept);
+/// `fallback_seed` is used when sampling without a `seed`.
+pub fn chat_request(
+    req: &ChatRequest,
+    ordered: &Ordered,
+    fallback_seed: u64,
+) -> Result<GenerateRequest, ApiError> {
     if req.messages.is_empty() {
         return Err(ApiError::bad_param("messages", "`messages` is empty"));
     }
-    let messages = req
-        .messages
-        .iter()
-        .map(|m| {
-            let role = match m.role.as_str() {
-                "system" | "developer" => Role::System,
-                "user" => Role::User,
-                "assistant" => Role::Assistant,
-                other => {
-                    return Err(ApiError::bad_param(
-                        "messages",
-                        format!("message role `{other}` is not served (system, user, assistant)"),
-                    ))
-                }
-            };
-            Ok(Message::new(role, content_text(m.content.as_ref())?))
-        })
-        .collect::<Result<Vec<Message>, ApiError>>()?;
+    let messages = req.messages.iter().map(message).collect::<Result<Vec<Message>, ApiError>>()?;
     let mut out = GenerateRequest::chat(messages);
     let kwargs = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking);
     out.thinking = kwargs.or(req.enable_thinking);
     add_options(&mut out, &req.options, fallback_seed)?;
+    add_tools(&mut out, &req.options, ordered)?;
+    out.logprobs = chat_logprobs_wanted(&req.options)?;
+    out.validate().map_err(|m| ApiError::bad_param(param_of(&m), m))?;
     Ok(out)
+}
+
+/// An OpenAI chat body's text (`model` optional here) as a protocol request,
+/// greedy: what `tokenize --chat` renders. The error says what is wrong.
+pub fn chat_body(text: &str) -> Result<GenerateRequest, String> {
+    let mut value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    if let Value::Object(o) = &mut value {
+        o.entry("model").or_insert_with(|| Value::from(""));
+    }
+    let req: ChatRequest =
+        serde_json::from_value(value).map_err(|e| format!("not a chat request: {e}"))?;
+    let ordered: Ordered = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    chat_request(&req, &ordered, 0).map_err(|e| e.message)
+}
+
+/// One OpenAI message as a protocol message.
+fn message(m: &ChatMessage) -> Result<Message, ApiError> {
+    let role = match m.role.as_str() {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" => Role::Tool,
+        other => {
+            return Err(ApiError::bad_param(
+                "messages",
+                format!("message role `{other}` is not served (system, user, assistant, tool)"),
+            ))
+        }
+    };
+    let mut out = Message::new(role, content_text(m.content.as_ref())?);
+    out.reasoning_content = m.reasoning_content.clone().filter(|r| !r.is_empty());
+    out.tool_call_id = m.tool_call_id.clone();
+    for c in m.tool_calls.iter().flatten() {
+        let (name, arguments) = match (&c.function, &c.name) {
+            (Some(f), _) => (f.name.clone(), f.arguments.clone()),
+            (None, Some(n)) => (n.clone(), c.arguments.clone().unwrap_or_default()),
+            (None, None) => {
+                return Err(ApiError::bad_param("messages", "a tool call needs a function name"))
+            }
+        };
+        out.tool_calls.push(MessageCall { id: c.id.clone(), name, arguments });
+    }
+    Ok(out)
+}
+
+/// `tools`, `tool_choice`, `parallel_tool_calls` and `response_format`.
+fn add_tools(out: &mut GenerateRequest, o: &Options, ordered: &Ordered) -> Result<(), ApiError> {
+    let empty =
+        |t: &kore_protocol::RawJson| matches!(t.value(), Ok(Value::Array(a)) if a.is_empty());
+    out.tools = ordered.tools.clone().filter(|t| !empty(t));
+    out.tool_choice = o.tool_choice.clone().filter(|v| !v.is_null());
+    out.parallel_tool_calls = o.parallel_tool_calls;
+    if let Some(f) = &ordered.response_format {
+        f.format().map_err(|m| ApiError::bad_param("response_format", m))?;
+        out.response_format = Some(f.clone()).filter(|f| f.kind != "text");
+    }
+    // `tool_choice` `auto` or `none` without tools changes nothing.
+    let idle =
+        matches!(out.choice(), Ok(kore_protocol::Choice::None | kore_protocol::Choice::Auto));
+    if out.tools.is_none() && idle {
+        out.tool_choice = None;
+    }
+    Ok(())
+}
+
+/// Chat's `logprobs: true` and `top_logprobs: n` as the protocol's count.
+fn chat_logprobs_wanted(o: &Options) -> Result<Option<u8>, ApiError> {
+    let on = match &o.logprobs {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::Bool(true)) => true,
+        Some(_) => return Err(ApiError::bad_param("logprobs", "`logprobs` must be a boolean")),
+    };
+    let top = top_logprobs(o.top_logprobs, "top_logprobs")?;
+    match (on, top) {
+        (true, n) => Ok(Some(n)),
+        (false, 0) => Ok(None),
+        (false, _) => {
+            Err(ApiError::bad_param("top_logprobs", "`top_logprobs` needs `logprobs: true`"))
+        }
+    }
+}
+
+fn top_logprobs(n: Option<u64>, name: &str) -> Result<u8, ApiError> {
+    match n {
+        None => Ok(0),
+        Some(n) if n <= u64::from(MAX_TOP_LOGPROBS) => Ok(n as u8),
+        Some(n) => Err(ApiError::bad_param(
+            name,
+            format!("`{name}` is {n}; at most {MAX_TOP_LOGPROBS} are served"),
+        )),
+    }
+}
+
+/// The request field a protocol validation message is about.
+fn param_of(message: &str) -> &'static str {
+    for p in ["tool_choice", "tools", "response_format", "logprobs", "messages"] {
+        if message.contains(p) {
+            return p;
+        }
+    }
+    "messages"
 }
 
 /// The text of a message's content (text parts joined).
@@ -73,6 +167,7 @@ fn content_text(content: Option<&Content>) -> Result<String, ApiError> {
 /// The protocol request for a completion request (without `id`).
 pub fn completion_request(
     req: &CompletionRequest,
+    ordered: &Ordered,
     fallback_seed: u64,
 ) -> Result<GenerateRequest, ApiError> {
     if req.echo == Some(true) {
@@ -102,6 +197,27 @@ pub fn completion_request(
         _ => return Err(bad()),
     };
     add_options(&mut out, &req.options, fallback_seed)?;
+    for (name, set) in [
+        ("tools", req.options.tools.as_ref().is_some_and(|t| !t.is_empty())),
+        ("tool_choice", req.options.tool_choice.as_ref().is_some_and(|v| !v.is_null())),
+        ("top_logprobs", req.options.top_logprobs.is_some()),
+    ] {
+        if set {
+            let m = format!("`{name}` applies to chat completions only");
+            return Err(ApiError::bad_param(name, m));
+        }
+    }
+    if let Some(f) = &ordered.response_format {
+        f.format().map_err(|m| ApiError::bad_param("response_format", m))?;
+        out.response_format = Some(f.clone()).filter(|f| f.kind != "text");
+    }
+    out.logprobs = match &req.options.logprobs {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => Some(top_logprobs(n.as_u64(), "logprobs")?),
+        Some(_) => {
+            return Err(ApiError::bad_param("logprobs", "`logprobs` must be an integer 0..=20"))
+        }
+    };
     Ok(out)
 }
 
@@ -142,15 +258,7 @@ fn refuse_unserved(o: &Options) -> Result<(), ApiError> {
         ("frequency_penalty", nonzero(&o.frequency_penalty)),
         ("repetition_penalty", o.repetition_penalty.is_some_and(|x| x != 1.0)),
         ("logit_bias", o.logit_bias.as_ref().is_some_and(|m| !m.is_empty())),
-        (
-            "logprobs",
-            o.logprobs.as_ref().is_some_and(|v| !matches!(v, Value::Null | Value::Bool(false))),
-        ),
-        ("top_logprobs", o.top_logprobs.is_some_and(|n| n > 0)),
-        ("tools", o.tools.as_ref().is_some_and(|t| !t.is_empty())),
         ("functions", o.functions.as_ref().is_some_and(|t| !t.is_empty())),
-        ("tool_choice", o.tool_choice.as_ref().is_some_and(|v| v != "none" && v != "auto")),
-        ("response_format", o.response_format.as_ref().is_some_and(|v| v["type"] != "text")),
         ("suffix", o.suffix.as_ref().is_some_and(|s| !s.is_empty())),
         ("best_of", o.best_of.is_some_and(|n| n != 1)),
     ] {
@@ -164,9 +272,11 @@ fn refuse_unserved(o: &Options) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// OpenAI's `finish_reason` for the protocol's `finish`.
-pub fn finish_reason(finish: Finish) -> String {
+/// OpenAI's `finish_reason` for the protocol's `finish` (`tool_calls` when
+/// the answer ended with calls).
+pub fn finish_reason(finish: Finish, calls: bool) -> String {
     match finish {
+        Finish::Stop if calls => "tool_calls".into(),
         Finish::Length => "length".into(),
         Finish::Stop | Finish::Cancelled => "stop".into(),
     }
@@ -212,12 +322,20 @@ impl Envelope {
 /// The non-streamed chat answer.
 pub fn chat_answer(env: &Envelope, done: &Done) -> Answer<ChatChoice> {
     let thinking = done.thinking.as_deref().filter(|t| !t.is_empty()).map(str::to_owned);
+    let calls = !done.tool_calls.is_empty();
+    let text = done.text.to_string();
     let message = AnswerMessage {
         role: "assistant",
-        content: done.text.to_string(),
+        content: if calls && text.trim().is_empty() { None } else { Some(text) },
         reasoning_content: thinking,
+        tool_calls: answer_calls(&done.tool_calls),
     };
-    let choice = ChatChoice { index: 0, message, finish_reason: finish_reason(done.finish) };
+    let choice = ChatChoice {
+        index: 0,
+        message,
+        logprobs: done.logprobs.as_deref().map(chat_logprobs),
+        finish_reason: finish_reason(done.finish, calls),
+    };
     let mut a = env.answer("chat.completion", vec![choice]);
     a.usage = Some(usage(&done.stats));
     a.kore_stats = Some(done.stats.clone().into_owned());
@@ -229,8 +347,8 @@ pub fn completion_answer(env: &Envelope, done: &Done) -> Answer<TextChoice> {
     let choice = TextChoice {
         index: 0,
         text: done.text.to_string(),
-        logprobs: None,
-        finish_reason: Some(finish_reason(done.finish)),
+        logprobs: done.logprobs.as_deref().map(completion_logprobs),
+        finish_reason: Some(finish_reason(done.finish, false)),
     };
     let mut a = env.answer("text_completion", vec![choice]);
     a.usage = Some(usage(&done.stats));
@@ -245,14 +363,21 @@ mod tests {
     use serde_json::json;
     use std::borrow::Cow;
 
+    fn chat_text(text: &str) -> Result<GenerateRequest, ApiError> {
+        let req: ChatRequest = serde_json::from_str(text).expect("parses");
+        let ordered: Ordered = serde_json::from_str(text).expect("parses");
+        chat_request(&req, &ordered, 77)
+    }
+
     fn chat(body: Value) -> Result<GenerateRequest, ApiError> {
-        let req: ChatRequest = serde_json::from_value(body).expect("parses");
-        chat_request(&req, 77)
+        chat_text(&body.to_string())
     }
 
     fn completion(body: Value) -> Result<GenerateRequest, ApiError> {
-        let req: CompletionRequest = serde_json::from_value(body).expect("parses");
-        completion_request(&req, 77)
+        let text = body.to_string();
+        let req: CompletionRequest = serde_json::from_str(&text).expect("parses");
+        let ordered: Ordered = serde_json::from_str(&text).expect("parses");
+        completion_request(&req, &ordered, 77)
     }
 
     #[test]
@@ -297,9 +422,9 @@ mod tests {
         let user = json!([{"role": "user", "content": "x"}]);
         let param = |r: Result<GenerateRequest, ApiError>| r.unwrap_err().param;
         assert_eq!(param(chat(json!({"model": "m", "messages": []}))).as_deref(), Some("messages"));
-        let tool = json!([{"role": "tool", "content": "x"}]);
+        let robot = json!([{"role": "robot", "content": "x"}]);
         assert_eq!(
-            param(chat(json!({"model": "m", "messages": tool}))).as_deref(),
+            param(chat(json!({"model": "m", "messages": robot}))).as_deref(),
             Some("messages")
         );
         let image = json!([{"role": "user", "content": [{"type": "image_url"}]}]);
@@ -312,10 +437,13 @@ mod tests {
             ("max_tokens", json!(0)),
             ("presence_penalty", json!(0.5)),
             ("logit_bias", json!({"5": 10})),
-            ("logprobs", json!(true)),
-            ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+            ("logprobs", json!(3)),
+            ("top_logprobs", json!(21)),
             ("tool_choice", json!("required")),
-            ("response_format", json!({"type": "json_object"})),
+            ("tool_choice", json!("sometimes")),
+            ("response_format", json!({"type": "xml"})),
+            ("response_format", json!({"type": "json_schema"})),
+            ("functions", json!([{"name": "f"}])),
         ] {
             let mut body = json!({"model": "m", "messages": user});
             body[field] = value;
@@ -323,7 +451,44 @@ mod tests {
         }
         let defaults = json!({"model": "m", "messages": user, "tool_choice": "auto",
             "response_format": {"type": "text"}, "logprobs": false, "frequency_penalty": 0});
-        assert!(chat(defaults).is_ok());
+        assert_eq!(chat(defaults).unwrap(), chat(json!({"model": "m", "messages": user})).unwrap());
+    }
+
+    #[test]
+    fn chat_maps_tools_turns_formats_and_logprobs_keeping_key_order() {
+        let p = chat_text(
+            r#"{"model":"m","messages":[{"role":"user","content":"w?"},
+            {"role":"assistant","content":null,"reasoning_content":"hm","tool_calls":[
+              {"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"z\":1,\"a\":2}"}}]},
+            {"role":"tool","tool_call_id":"call_1","content":"sunny"}],
+            "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",
+              "properties":{"z":{"type":"integer"},"a":{"type":"integer"}}}}}],
+            "tool_choice":"required","parallel_tool_calls":false,"logprobs":true,"top_logprobs":4}"#,
+        )
+        .unwrap();
+        let m = p.messages.as_ref().unwrap();
+        assert_eq!((m[1].tool_calls[0].name.as_str(), m[2].role), ("f", Role::Tool));
+        assert_eq!(m[1].tool_calls[0].arguments, r#"{"z":1,"a":2}"#);
+        assert_eq!(m[1].reasoning_content.as_deref(), Some("hm"));
+        assert_eq!(m[2].tool_call_id.as_deref(), Some("call_1"));
+        let tools = p.tools.as_ref().unwrap().get();
+        assert!(tools.find("\"z\"").unwrap() < tools.find("\"a\"").unwrap(), "{tools}");
+        assert_eq!((p.tool_choice, p.parallel_tool_calls), (Some(json!("required")), Some(false)));
+        assert_eq!(p.logprobs, Some(4));
+        let p = chat(json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+            "schema": {"type": "object"}}}}))
+        .unwrap();
+        assert_eq!(p.response_format.unwrap().kind, "json_schema");
+        let p = completion(json!({"model": "m", "prompt": "x", "logprobs": 2,
+            "response_format": {"type": "json_object"}}))
+        .unwrap();
+        assert_eq!(
+            (p.logprobs, p.response_format.unwrap().kind.as_str()),
+            (Some(2), "json_object")
+        );
+        let e = completion(json!({"model": "m", "prompt": "x", "tools": [{"type": "function"}]}));
+        assert_eq!(e.unwrap_err().param.as_deref(), Some("tools"));
     }
 
     #[test]
@@ -357,6 +522,8 @@ mod tests {
             text: "Hello".into(),
             thinking: Some("hmm".into()),
             stats: Cow::Owned(stats),
+            tool_calls: Cow::Owned(Vec::new()),
+            logprobs: None,
         };
         let a = serde_json::to_value(chat_answer(&env, &done)).unwrap();
         assert_eq!(a["object"], "chat.completion");
@@ -378,5 +545,55 @@ mod tests {
         assert_eq!(c["choices"][0]["finish_reason"], "stop");
         assert_eq!(check_model("tiny", "tiny"), Ok(()));
         assert_eq!(check_model("gpt-4o", "tiny").unwrap_err().status.as_u16(), 404);
+    }
+}
+
+#[cfg(test)]
+mod call_tests {
+    use super::*;
+    use kore_protocol::{CallOut, Id, TokenLogprob, TopLogprob};
+    use serde_json::json;
+    use std::borrow::Cow;
+
+    #[test]
+    fn calls_and_logprobs_become_openai_fields() {
+        let env = Envelope { id: "chatcmpl-1".into(), created: 5, model: "tiny".into() };
+        let call =
+            CallOut { id: "call_0_0".into(), name: "f".into(), arguments: "{\"a\":1}".into() };
+        let top = TopLogprob { id: 98, token: "b".into(), bytes: vec![98], logprob: -2.0 };
+        let lp = TokenLogprob {
+            id: 97,
+            token: "a".into(),
+            bytes: vec![97],
+            logprob: -0.5,
+            top: vec![top],
+        };
+        let done = Done {
+            id: Cow::Owned(Id::from(1)),
+            done: true,
+            finish: Finish::Stop,
+            token_ids: Cow::Owned(vec![97]),
+            text: "".into(),
+            thinking: None,
+            stats: Cow::Owned(Stats::default()),
+            tool_calls: Cow::Owned(vec![call]),
+            logprobs: Some(Cow::Owned(vec![lp])),
+        };
+        let a = serde_json::to_value(chat_answer(&env, &done)).unwrap();
+        let c = &a["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls");
+        assert_eq!(c["message"]["content"], Value::Null);
+        assert_eq!(
+            c["message"]["tool_calls"],
+            json!([{"id": "call_0_0", "type": "function",
+                    "function": {"name": "f", "arguments": "{\"a\":1}"}}])
+        );
+        assert_eq!(c["logprobs"]["content"][0]["token"], "a");
+        assert_eq!(c["logprobs"]["content"][0]["logprob"], -0.5);
+        assert_eq!(c["logprobs"]["content"][0]["top_logprobs"][0]["bytes"], json!([98]));
+        let t = serde_json::to_value(completion_answer(&env, &done)).unwrap();
+        assert_eq!(t["choices"][0]["logprobs"]["tokens"], json!(["a"]));
+        assert_eq!(t["choices"][0]["logprobs"]["top_logprobs"], json!([{"b": -2.0}]));
+        assert_eq!(t["choices"][0]["finish_reason"], "stop");
     }
 }

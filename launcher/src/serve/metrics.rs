@@ -212,6 +212,8 @@ mod tests {
             text: "abc".into(),
             thinking: None,
             stats: Cow::Owned(stats),
+            tool_calls: Cow::Owned(Vec::new()),
+            logprobs: None,
         };
         m.record_done(&done);
         let _guard = m.start();

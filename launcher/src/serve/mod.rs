@@ -14,6 +14,7 @@ mod relay;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod tools;
 mod web;
 mod wire;
 
@@ -29,6 +30,7 @@ use axum::Router;
 use crate::appliance::Appliance;
 use crate::error::{LaunchError, Result};
 
+pub use mapping::chat_body;
 pub use metrics::Metrics;
 
 /// Request bodies larger than this are answered 413 (the protocol's line

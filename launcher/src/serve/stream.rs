@@ -15,6 +15,7 @@ use super::error::ApiError;
 use super::mapping::{finish_reason, usage, Envelope};
 use super::metrics::InFlight;
 use super::relay::{Relay, Update};
+use super::tools::{chat_logprobs, chunk_call, completion_logprobs};
 use super::wire::{ChunkChoice, ChunkDelta, TextChoice};
 use crate::client::{Delta, Done};
 use kore_protocol::Phase;
@@ -125,19 +126,21 @@ impl Chunks {
         match self.plan.kind {
             Kind::Chat => {
                 let mut delta = ChunkDelta::default();
-                match d.phase {
-                    Phase::Thinking => delta.reasoning_content = Some(d.delta.to_string()),
-                    Phase::Answer => delta.content = Some(d.delta.to_string()),
+                match (&d.tool_call, d.phase) {
+                    (Some(c), _) => delta.tool_calls = Some(vec![chunk_call(c)]),
+                    (None, Phase::Thinking) => delta.reasoning_content = Some(d.delta.to_string()),
+                    (None, Phase::Answer) => delta.content = Some(d.delta.to_string()),
                 }
                 self.chat_chunk(delta, None)
             }
-            Kind::Completion => self.text_chunk(d.delta.to_string(), None, None),
+            Kind::Completion => self.text_chunk(d.delta.to_string(), None, None, None),
         }
     }
 
     fn finish(&mut self, done: &Done, out: &mut Vec<String>) {
-        let reason = Some(finish_reason(done.finish));
+        let reason = Some(finish_reason(done.finish, !done.tool_calls.is_empty()));
         let stats = Some(done.stats.clone().into_owned());
+        let logprobs = done.logprobs.as_deref();
         out.push(match self.plan.kind {
             Kind::Chat => {
                 let mut a = self.plan.env.answer(
@@ -145,13 +148,17 @@ impl Chunks {
                     vec![ChunkChoice {
                         index: 0,
                         delta: ChunkDelta::default(),
+                        logprobs: logprobs.map(chat_logprobs),
                         finish_reason: reason,
                     }],
                 );
                 a.kore_stats = stats;
                 to_json(&a)
             }
-            Kind::Completion => self.text_chunk(String::new(), reason, stats),
+            Kind::Completion => {
+                let lp = logprobs.map(completion_logprobs);
+                self.text_chunk(String::new(), reason, stats, lp)
+            }
         });
         if self.plan.include_usage {
             let object = match self.plan.kind {
@@ -176,7 +183,7 @@ impl Chunks {
     }
 
     fn chat_chunk(&self, delta: ChunkDelta, finish: Option<String>) -> String {
-        let choice = ChunkChoice { index: 0, delta, finish_reason: finish };
+        let choice = ChunkChoice { index: 0, delta, logprobs: None, finish_reason: finish };
         to_json(&self.plan.env.answer("chat.completion.chunk", vec![choice]))
     }
 
@@ -185,8 +192,9 @@ impl Chunks {
         text: String,
         finish: Option<String>,
         stats: Option<kore_protocol::Stats>,
+        logprobs: Option<serde_json::Value>,
     ) -> String {
-        let choice = TextChoice { index: 0, text, logprobs: None, finish_reason: finish };
+        let choice = TextChoice { index: 0, text, logprobs, finish_reason: finish };
         let mut a = self.plan.env.answer("text_completion", vec![choice]);
         a.kore_stats = stats;
         to_json(&a)
@@ -205,7 +213,12 @@ mod tests {
     use std::borrow::Cow;
 
     fn delta(text: &str, phase: Phase) -> Update {
-        Update::Delta(Delta { id: Cow::Owned(Id::from(1)), delta: text.to_owned().into(), phase })
+        Update::Delta(Delta {
+            id: Cow::Owned(Id::from(1)),
+            delta: text.to_owned().into(),
+            phase,
+            tool_call: None,
+        })
     }
 
     fn done(finish: Finish, text: &str, thinking: Option<&str>, prompt: u32, gen: u32) -> Done {
@@ -218,6 +231,8 @@ mod tests {
             text: text.to_owned().into(),
             thinking: thinking.map(|t| t.to_owned().into()),
             stats: Cow::Owned(stats),
+            tool_calls: Cow::Owned(Vec::new()),
+            logprobs: None,
         }
     }
 

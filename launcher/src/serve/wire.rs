@@ -48,11 +48,98 @@ pub struct TemplateKwargs {
 /// One chat message.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatMessage {
-    /// `system`, `developer`, `user` or `assistant`.
+    /// `system`, `developer`, `user`, `assistant` or `tool`.
     pub role: String,
     /// A string, a list of text parts, or null (an assistant turn).
     #[serde(default)]
     pub content: Option<Content>,
+    /// An assistant's earlier reasoning.
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+    /// An assistant's calls.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<MessageToolCall>>,
+    /// The call a `tool` message answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+}
+
+/// One call of an assistant message (request side).
+#[derive(Debug, Clone, Deserialize)]
+pub struct MessageToolCall {
+    /// The call's id.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Its function (`{"name", "arguments"}`).
+    #[serde(default)]
+    pub function: Option<CallFunction>,
+    /// The name, in the bare form `{"name", "arguments"}` (transformers'
+    /// templates accept both).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The arguments' JSON text, in the bare form.
+    #[serde(default)]
+    pub arguments: Option<String>,
+}
+
+/// `{"name", "arguments"}` of a call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallFunction {
+    /// The function's name.
+    pub name: String,
+    /// The arguments: a JSON object's text.
+    #[serde(default)]
+    pub arguments: String,
+}
+
+/// One call of an answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnswerToolCall {
+    /// `call_...`.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The call.
+    pub function: CallFunction,
+}
+
+/// One piece of a streamed call (`delta.tool_calls[]`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChunkToolCall {
+    /// Which call.
+    pub index: u32,
+    /// Set on a call's first piece.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `function` on a call's first piece.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// The name (first piece) and more of the arguments.
+    pub function: ChunkFunction,
+}
+
+/// The function part of a streamed call piece.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChunkFunction {
+    /// Set on a call's first piece.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// More argument text.
+    pub arguments: String,
+}
+
+/// The fields of a body whose key order matters (the template prints tools
+/// as written; a schema's properties are generated in its order), read
+/// from the body text a second time (`serde_json`'s maps sort keys).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Ordered {
+    /// `tools`, as written.
+    #[serde(default)]
+    pub tools: Option<kore_protocol::RawJson>,
+    /// `response_format`, its schema as written.
+    #[serde(default)]
+    pub response_format: Option<kore_protocol::ResponseFormat>,
 }
 
 /// Message content: text, or a list of parts of which only text is served.
@@ -152,12 +239,12 @@ pub struct Options {
     /// See `presence_penalty` (the legacy name of `tools`).
     #[serde(default)]
     pub functions: Option<Vec<Value>>,
-    /// See `presence_penalty`; `auto` and `none` pass.
+    /// `auto`, `none`, `required` or a named function.
     #[serde(default)]
     pub tool_choice: Option<Value>,
-    /// See `presence_penalty`; `{"type": "text"}` passes.
+    /// Several calls in one answer (default true).
     #[serde(default)]
-    pub response_format: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
     /// See `presence_penalty` (completions).
     #[serde(default)]
     pub suffix: Option<String>,
@@ -199,11 +286,14 @@ pub struct PromptDetails {
 pub struct AnswerMessage {
     /// Always `assistant`.
     pub role: &'static str,
-    /// The answer text.
-    pub content: String,
+    /// The answer text (null when the answer is only calls).
+    pub content: Option<String>,
     /// The thinking text, when the model thought.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// The calls, when the model made any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<AnswerToolCall>,
 }
 
 /// One choice of a non-streamed chat answer.
@@ -213,7 +303,10 @@ pub struct ChatChoice {
     pub index: u32,
     /// The message.
     pub message: AnswerMessage,
-    /// `stop` or `length`.
+    /// Log-probabilities (`{"content": [...]}`) when asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Value>,
+    /// `stop`, `length` or `tool_calls`.
     pub finish_reason: String,
 }
 
@@ -224,8 +317,8 @@ pub struct TextChoice {
     pub index: u32,
     /// The generated text (a piece of it in a chunk).
     pub text: String,
-    /// Always null.
-    pub logprobs: Option<()>,
+    /// Log-probabilities in the legacy completions shape, when asked.
+    pub logprobs: Option<Value>,
     /// Set on the last chunk / the answer.
     pub finish_reason: Option<String>,
 }
@@ -242,6 +335,9 @@ pub struct ChunkDelta {
     /// Thinking text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// Pieces of calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ChunkToolCall>>,
 }
 
 /// One choice of a chat chunk.
@@ -251,6 +347,9 @@ pub struct ChunkChoice {
     pub index: u32,
     /// The delta.
     pub delta: ChunkDelta,
+    /// Log-probabilities (on the last chunk: all of them), when asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Value>,
     /// Set on the last chunk.
     pub finish_reason: Option<String>,
 }

@@ -72,7 +72,16 @@ fn error_codes() {
         r#"{"id":1,"messages":[]}"#,
         r#"{"id":1,"prompt_ids":[1,-2]}"#,
         r#"{"id":1,"prompt_ids":[4294967296]}"#,
-        r#"{"id":1,"messages":[{"role":"tool","content":"x"}]}"#,
+        r#"{"id":1,"messages":[{"role":"robot","content":"x"}]}"#,
+        r#"{"id":1,"messages":[{"role":"user","content":"x","tool_calls":[{"name":"f","arguments":"{}"}]}]}"#,
+        r#"{"id":1,"prompt":"x","logprobs":21}"#,
+        r#"{"id":1,"prompt":"x","tools":[]}"#,
+        r#"{"id":1,"messages":[{"role":"user","content":"x"}],"tools":{}}"#,
+        r#"{"id":1,"prompt":"x","response_format":{"type":"xml"}}"#,
+        r#"{"id":1,"prompt":"x","response_format":{"type":"json_schema"}}"#,
+        r#"{"id":1,"prompt":"x","tool_choice":"required"}"#,
+        r#"{"id":1,"prompt":"x","tool_choice":"sometimes"}"#,
+        r#"{"id":1,"messages":[{"role":"user","content":"x"}],"tools":[],"response_format":{"type":"json_object"}}"#,
         r#"{"id":1,"messages":[{"role":"user","content":"x","name":"n"}]}"#,
         r#"{"id":1,"op":"dance"}"#,
         r#"{"id":1,"op":7,"prompt":"x"}"#,
@@ -134,4 +143,31 @@ fn every_request_reads_back_as_written() {
 fn deep_nesting_is_an_error_not_a_crash() {
     let s: String = core::iter::repeat('[').take(100_000).collect();
     assert_eq!(err(&s).code, ErrorCode::BadJson);
+}
+
+#[test]
+fn tool_and_format_fields_keep_their_key_order() {
+    let line = r#"{"id":"t","op":"generate","messages":[{"role":"user","content":"x"},
+        {"role":"assistant","content":"","reasoning_content":"r",
+         "tool_calls":[{"id":"c1","name":"f","arguments":"{\"b\":1,\"a\":2}"}]},
+        {"role":"tool","content":"ok","tool_call_id":"c1"}],
+        "tools":[{"type":"function","function":{"name":"f","parameters":{"z":1,"a":2}}}],
+        "tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false,
+        "logprobs":3}"#;
+    let g = gen(line);
+    assert_eq!(g.id, Id::from("t"));
+    let tools = g.tools.as_ref().unwrap().get();
+    assert!(tools.find("\"z\"").unwrap() < tools.find("\"a\"").unwrap(), "{tools}");
+    assert_eq!(g.choice(), Ok(crate::tools::Choice::Named("f".into())));
+    let m = g.messages.as_ref().unwrap();
+    assert_eq!((m[1].tool_calls[0].name.as_str(), m[2].role), ("f", Role::Tool));
+    assert_eq!(m[1].reasoning_content.as_deref(), Some("r"));
+    // Written and read back: the same request, tools text unchanged.
+    let back = gen(core::str::from_utf8(&Request::Generate(g.clone()).to_line()).unwrap().trim());
+    assert_eq!(back, g);
+    let g = gen(r#"{"prompt":"x","response_format":{"type":"json_schema",
+        "json_schema":{"name":"n","strict":true,"schema":{"type":"object","properties":{"y":{},"b":{}}}}}}"#);
+    let f = g.response_format.as_ref().unwrap().format().unwrap();
+    let crate::tools::Format::JsonSchema(Some(s)) = f else { panic!("{f:?}") };
+    assert!(s.get().find("\"y\"").unwrap() < s.get().find("\"b\"").unwrap());
 }

@@ -10,19 +10,27 @@ use crate::codec::{Codec, CodecError};
 use crate::emit::Mode;
 use crate::engine::{Clock, Engine, GenParams};
 use crate::service::ConnId;
-use kore_protocol::{ErrorCode, GenerateRequest, Id, Input, Message, Role};
+use kore_protocol::{ErrorCode, GenerateRequest, Id, Input, Message, RawJson, Role};
+
+use super::constraint;
 
 impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
     /// Where a chat prompt that opens with a system message stops sharing
     /// tokens with that system message followed by an empty user message
     /// (its turn and the user turn's opening): the prefix other
     /// conversations with the same system prompt share.
-    fn system_prefix(&self, m: &[Message], thinking: bool, prompt: &[u32]) -> Option<u32> {
+    fn system_prefix(
+        &self,
+        m: &[Message],
+        tools: Option<&RawJson>,
+        thinking: bool,
+        prompt: &[u32],
+    ) -> Option<u32> {
         if m.len() < 2 || m[0].role != Role::System {
             return None;
         }
         let empty = Message::new(Role::User, String::new());
-        let alone = self.codec.render_chat(&[m[0].clone(), empty], thinking).ok()?;
+        let alone = self.codec.render_chat(&[m[0].clone(), empty], tools, thinking).ok()?;
         let common = alone.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         u32::try_from(common).ok().filter(|&c| c > 0 && (c as usize) < prompt.len())
     }
@@ -51,6 +59,11 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             Some(Input::Messages(_)) => Mode::chat(self.codec.think_ids(), &prompt),
             _ => Mode::Raw,
         };
+        let think = matches!(mode, Mode::Chat { start_thinking: true, .. });
+        let constraint = match constraint::build(&g, think) {
+            Ok(c) => c,
+            Err(message) => return self.send_error(conn, &g.id, ErrorCode::BadRequest, &message),
+        };
         let checkpoint_at = match (&mode, self.codec.think_ids()) {
             (Mode::Chat { .. }, Some((open, _))) => generation_think(&prompt, open),
             _ => None,
@@ -65,17 +78,18 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             mtp: g.mtp,
             shared_at: match (input, &g.session) {
                 (Some(Input::Messages(m)), Some(_)) => {
-                    self.system_prefix(m, g.thinking_on(), &prompt)
+                    self.system_prefix(m, g.tools.as_ref(), g.thinking_on(), &prompt)
                 }
                 _ => None,
             },
             session: g.session,
             checkpoint_at,
             boundaries: self.codec.boundaries(&prompt),
-            constraint: None,
-            logprobs: None,
+            constraint: constraint.grammar,
+            logprobs: g.logprobs,
         };
-        let kind = JobKind::Generate { prompt, params, mode, stop: g.stop };
+        let tools = constraint.tools;
+        let kind = JobKind::Generate { prompt, params, mode, stop: g.stop, tools };
         self.push_job(conn, g.id, key, kind);
     }
 
@@ -116,7 +130,9 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
 
     fn tokenize(&self, g: &GenerateRequest) -> Result<Vec<u32>, (ErrorCode, String)> {
         let ids = match g.input() {
-            Some(Input::Messages(m)) => self.codec.render_chat(m, g.thinking_on()),
+            Some(Input::Messages(m)) => {
+                self.codec.render_chat(m, g.tools.as_ref(), g.thinking_on())
+            }
             Some(Input::Prompt(p)) => self.codec.encode(p),
             None => Err(CodecError::Unsupported(String::from("the request has no single input"))),
             Some(Input::PromptIds(ids)) => {

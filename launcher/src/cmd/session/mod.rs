@@ -84,6 +84,18 @@ pub fn add_sampling(req: &mut GenerateRequest, s: &SamplingArgs) {
     req.min_p = req.min_p.or(s.min_p);
     req.seed = req.seed.or(s.seed);
     req.mtp = req.mtp.or(s.mtp.map(small));
+    if let Some(schema) = &s.json_schema {
+        let format = kore_protocol::tools::JsonSchemaFormat {
+            name: None,
+            description: None,
+            schema: Some(schema.clone()),
+            strict: Some(true),
+        };
+        req.response_format = Some(kore_protocol::ResponseFormat {
+            kind: "json_schema".into(),
+            json_schema: Some(format),
+        });
+    }
 }
 
 /// The status line after an answer:
