@@ -28,7 +28,9 @@ pub mod host;
 pub mod service;
 
 pub use codec::{Codec, CodecError, StreamDecode};
-pub use engine::{Clock, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut, TokenLogprobs};
+pub use engine::{
+    Clock, Engine, EngineError, EngineInfo, GenParams, SeqId, StepOut, TokenLogprobs,
+};
 /// The wire types this service speaks (crate `kore-protocol`).
 pub use kore_protocol as protocol;
 pub use kore_protocol::{
