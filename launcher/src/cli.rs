@@ -22,6 +22,14 @@ pub struct Cli {
     /// with VFIO; also config key `vf` and KORE_VF. For `setup`: the VF to bind to vfio-pci.
     #[arg(long, global = true, value_name = "PCI_ADDR")]
     pub vf: Option<String>,
+    /// The prefix cache's memory budget, e.g. 512M (0: off); also config key `cache` and
+    /// KORE_CACHE.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = crate::config::parse_budget)]
+    pub cache: Option<u64>,
+    /// The prefix cache's disk budget under $XDG_CACHE_HOME/kore, e.g. 8G (0: none); also
+    /// config key `cache_disk` and KORE_CACHE_DISK.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = crate::config::parse_budget)]
+    pub cache_disk: Option<u64>,
     /// The command; with none, boot the default pack and open the chat.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -58,6 +66,8 @@ pub enum Command {
     Setup(SetupArgs),
     /// Check the host and say how to fix each problem.
     Doctor(JsonFlag),
+    /// Show (per pack, size, age) or clear the prefix cache's checkpoint files.
+    Cache(CacheArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -436,6 +446,28 @@ pub struct SetupArgs {
     /// Number of VFs to enable on --gpu.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub vfs: u64,
+}
+
+/// Arguments of `cache`.
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    /// `clear`: delete the checkpoint files (of `--pack` only, when given).
+    #[command(subcommand)]
+    pub action: Option<CacheAction>,
+    /// Print a JSON object as the last line of stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cache` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CacheAction {
+    /// Delete the checkpoint files.
+    Clear {
+        /// Only this pack's: a pack directory or the identity `kore-launch cache` lists.
+        #[arg(long)]
+        pack: Option<String>,
+    },
 }
 
 fn parse_hugepage_size(s: &str) -> std::result::Result<crate::host::HugepageSize, String> {

@@ -21,6 +21,10 @@ pub const DEFAULT_MODEL: &str = "model-packs/tiny";
 pub const DEFAULT_CONTEXT: u64 = 65536;
 /// Most vCPUs accepted.
 pub const MAX_VCPUS: u32 = 1024;
+/// The prefix cache's memory budget when nothing sets one (the engine's default).
+pub const DEFAULT_CACHE: u64 = 512 << 20;
+/// The prefix cache's disk budget when nothing sets one.
+pub const DEFAULT_CACHE_DISK: u64 = 8 << 30;
 
 /// A config error, naming where the bad value came from and what to write.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +91,10 @@ pub struct FileConfig {
     pub guest_cpu: Option<String>,
     /// System prompt of `kore-launch chat` when `--system` is not given.
     pub system_prompt: Option<String>,
+    /// The prefix cache's memory budget, e.g. "512M" ("0" turns the cache off).
+    pub cache: Option<String>,
+    /// The prefix cache's disk budget, e.g. "8G" ("0" keeps nothing on disk).
+    pub cache_disk: Option<String>,
 }
 
 /// Settings given on the command line (each `None` when the flag is absent).
@@ -133,6 +141,10 @@ pub struct Settings {
     pub guest_cpu: GuestCpu,
     /// The config file read, if any.
     pub config_file: Option<PathBuf>,
+    /// The prefix cache's memory budget in bytes (0: off).
+    pub cache: u64,
+    /// The prefix cache's disk budget in bytes (0: no disk tier).
+    pub cache_disk: u64,
 }
 
 /// A config file as loaded: where it came from and what it said.
@@ -390,7 +402,48 @@ pub fn resolve(
         runtime_dir,
         guest_cpu,
         config_file: loaded.path.clone(),
+        cache: cache_size(file.cache.as_deref(), env, ("cache", "KORE_CACHE"), DEFAULT_CACHE)
+            .map_err(|e| e.unwrap_or_else(|m| bad_key("cache", m)))?,
+        cache_disk: cache_size(
+            file.cache_disk.as_deref(),
+            env,
+            ("cache_disk", "KORE_CACHE_DISK"),
+            DEFAULT_CACHE_DISK,
+        )
+        .map_err(|e| e.unwrap_or_else(|m| bad_key("cache_disk", m)))?,
     })
+}
+
+static CACHE_FLAGS: OnceLock<(Option<u64>, Option<u64>)> = OnceLock::new();
+
+/// Keeps the global `--cache` and `--cache-disk` flags (called by `main`).
+pub fn set_cache_flags(cache: Option<u64>, cache_disk: Option<u64>) {
+    let _ = CACHE_FLAGS.set((cache, cache_disk));
+}
+
+/// The global `--cache` and `--cache-disk` flags, if given (for `up`,
+/// which hands them on to its daemon).
+pub fn cache_flags() -> (Option<u64>, Option<u64>) {
+    CACHE_FLAGS.get().copied().unwrap_or_default()
+}
+
+/// A prefix-cache budget: the global flag, else the environment, else the
+/// file's key, else `default`; "0" is allowed (off). A bad value is the
+/// environment's error, or (`Err(Err(message))`) the file key's message.
+fn cache_size(
+    file: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+    (key, var): (&'static str, &'static str),
+    default: u64,
+) -> Result<u64, Result<ConfigError, String>> {
+    let flags = cache_flags();
+    if let Some(v) = if key == "cache" { flags.0 } else { flags.1 } {
+        return Ok(v);
+    }
+    if let Some(v) = env(var) {
+        return parse_budget(&v).map_err(|message| Ok(ConfigError::Env { var, value: v, message }));
+    }
+    file.map_or(Ok(default), |s| parse_budget(s).map_err(Err))
 }
 
 fn vcpus_msg() -> String {
@@ -431,6 +484,15 @@ fn file_path(p: &Path, file_dir: &Path, home: Option<&str>) -> PathBuf {
         p.to_path_buf()
     } else {
         file_dir.join(p)
+    }
+}
+
+/// A prefix-cache budget: a size with a unit (`512M`), a plain number of
+/// bytes, or `0` (off).
+pub fn parse_budget(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(bytes) => Ok(bytes),
+        Err(_) => parse_size(text),
     }
 }
 

@@ -65,6 +65,8 @@ pub const VARS: &[Var] = &[
     user("KORE_GUEST_KERNEL"),
     user("KORE_GUEST_IMAGE"),
     user("KORE_CACHE_DIR"),
+    user("KORE_CACHE"),
+    user("KORE_CACHE_DISK"),
     user("KORE_NATIVE_WEIGHTS"),
     user("KORE_BENCH_PROMPT_TOKENS"),
     user("KORE_BENCH_DECODE_TOKENS"),

@@ -30,6 +30,7 @@ pub fn main() {
     let cli = cli::Cli::parse();
     init_tracing(cli.verbose);
     env::log_set();
+    config::set_cache_flags(cli.cache, cli.cache_disk);
     if let Err(err) = config::init(cli.config.as_deref(), cli.guest_cpu, cli.vf.clone()) {
         let err = error::LaunchError::from(err);
         eprintln!("kore-launch: error: {err}");

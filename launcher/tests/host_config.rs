@@ -260,3 +260,21 @@ fn the_global_vf_flag_beats_file_and_env() {
     let err = resolve(&bad, &env(&[]), &Overrides::default()).unwrap_err();
     assert!(matches!(err, ConfigError::Flag { flag: "vf", .. }), "{err:?}");
 }
+
+#[test]
+fn prefix_cache_budgets_from_file_and_env() {
+    let none = env(&[]);
+    let s = resolve(&loaded(""), &none, &Overrides::default()).unwrap();
+    assert_eq!((s.cache, s.cache_disk), (config::DEFAULT_CACHE, config::DEFAULT_CACHE_DISK));
+    let file = loaded("cache = \"256M\"\ncache_disk = \"0\"\n");
+    let s = resolve(&file, &none, &Overrides::default()).unwrap();
+    assert_eq!((s.cache, s.cache_disk), (256 << 20, 0));
+    let e = env(&[("KORE_CACHE", "0"), ("KORE_CACHE_DISK", "2G")]);
+    let s = resolve(&file, &e, &Overrides::default()).unwrap();
+    assert_eq!((s.cache, s.cache_disk), (0, 2 * GIB), "the environment beats the file");
+    let err = resolve(&loaded("cache = \"lots\"\n"), &none, &Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("key `cache`"), "{err}");
+    let err =
+        resolve(&file, &env(&[("KORE_CACHE_DISK", "8Q")]), &Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("KORE_CACHE_DISK"), "{err}");
+}

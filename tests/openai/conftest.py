@@ -39,11 +39,13 @@ class Server:
         return 0.0
 
 
-def start_server(placement, extra=()):
+def start_server(placement, extra=(), cache_dir=None):
     cmd = [BIN, "serve", "--model", PACK, "--port", "0", *extra]
     if placement == "native":
         cmd.insert(2, "--native")
     env = dict(os.environ, KORE_RUNTIME_DIR=str(OUT / f"runtime-{placement}-{os.getpid()}"))
+    # The prefix cache's files go to a directory of the test's, never the user's cache.
+    env["XDG_CACHE_HOME"] = str(cache_dir or OUT / f"xdg-cache-{placement}-{os.getpid()}")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     found = {}
 

@@ -20,7 +20,9 @@ fn kore(args: &[&str], runtime: &Path) -> std::process::Output {
             cmd.env_remove(key);
         }
     }
+    // The prefix cache's files stay in the test's directory, never the user's cache.
     cmd.args(args).env("XDG_CONFIG_HOME", "/nonexistent").env("KORE_RUNTIME_DIR", runtime);
+    cmd.env("XDG_CACHE_HOME", runtime.join("xdg-cache"));
     cmd.output().expect("run kore-launch")
 }
 
@@ -32,7 +34,8 @@ fn ask(line: &Value, dir: &Path, runtime: &Path, native: Option<&str>) -> Value 
     let _ = std::fs::remove_file(&output);
     let mut args = vec!["batch", input.to_str().unwrap(), "-o", output.to_str().unwrap()];
     if let Some(pack) = native {
-        args.extend(["--native", "--model", pack]);
+        // Uncached: no prefix cache at all (memory or disk).
+        args.extend(["--native", "--model", pack, "--cache", "0", "--cache-disk", "0"]);
     }
     let o = kore(&args, runtime);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -4,6 +4,7 @@
 //! call [`service`], so the stop rule, the limits, the budgets and the bench
 //! prompt cannot drift apart between them.
 
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -13,7 +14,17 @@ use kore_service::{Clock, Config, Service};
 use kore_tokenizer::Tokenizer;
 
 use crate::bench::{BufferAlloc, NsClock, BENCH_TEXT};
-use crate::{ModelEngine, TokenizerCodec};
+use crate::{CheckpointStore, ModelEngine, TokenizerCodec};
+
+/// Where the prefix cache's checkpoints persist beyond memory, and the pack
+/// identity (its digest) they belong to: the disk tier natively, the host's
+/// disk tier over vsock in the guest (docs/architecture.md, "Prefix cache").
+pub struct Store<'m> {
+    /// The store.
+    pub store: Box<dyn CheckpointStore + 'm>,
+    /// The pack's identity (`Identity.pack` of every file).
+    pub pack: [u8; 32],
+}
 
 /// How the appliance serves, besides its model and tokenizer. `None` keeps
 /// [`ModelEngine`]'s default.
@@ -31,8 +42,9 @@ pub struct Settings {
     /// KV positions the running sequences may reserve together (requests
     /// beyond it wait); the guest's memory is sized for it.
     pub kv_tokens: Option<usize>,
-    /// Bytes of kept session states.
-    pub session_bytes: Option<usize>,
+    /// Bytes of the prefix cache's memory tier (0: no cache; `None`: the
+    /// engine's default, `engine::DEFAULT_CACHE_BYTES`).
+    pub cache_bytes: Option<usize>,
     /// The benchmark's clock (the guest's TSC; `Instant` natively by default).
     pub bench_clock: Option<NsClock>,
     /// How the benchmark allocates its read-bandwidth buffer.
@@ -78,8 +90,8 @@ pub fn engine<'m>(
     if let Some(tokens) = settings.kv_tokens {
         engine = engine.with_kv_token_budget(tokens);
     }
-    if let Some(bytes) = settings.session_bytes {
-        engine = engine.with_session_budget(bytes);
+    if let Some(bytes) = settings.cache_bytes {
+        engine = engine.with_cache_budget(bytes);
     }
     if let Some(clock) = settings.bench_clock {
         engine = engine.with_clock(clock);
@@ -97,15 +109,19 @@ pub fn engine<'m>(
 }
 
 /// The chat service over `model` and its tokenizer as `settings` say, timed
-/// with `clock`. Without a tokenizer (a bare model directory) it serves
-/// `prompt_ids` only.
+/// with `clock`, its prefix cache persisting to `store` where given. Without
+/// a tokenizer (a bare model directory) it serves `prompt_ids` only.
 pub fn service<'m, K: Clock>(
     model: &'m Model<'m>,
     tokenizer: Option<Arc<Tokenizer>>,
     settings: &Settings,
     clock: K,
+    store: Option<Store<'m>>,
 ) -> Service<ModelEngine<'m>, TokenizerCodec, K> {
-    let engine = engine(model, tokenizer.as_deref(), settings);
+    let mut engine = engine(model, tokenizer.as_deref(), settings);
+    if let Some(s) = store {
+        engine = engine.with_store(s.store, s.pack);
+    }
     let stops = engine.stop_ids().to_vec();
     let codec = match tokenizer {
         Some(t) => TokenizerCodec::new(t, stops),

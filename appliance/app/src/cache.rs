@@ -139,6 +139,29 @@ pub trait CheckpointStore {
         usable: &dyn Fn(usize) -> bool,
         identity: &Identity,
     ) -> Option<Decoded>;
+
+    /// The store's counters, for `info` and `/metrics` (`None`: it keeps none).
+    fn stats(&self) -> Option<StoreStats> {
+        None
+    }
+}
+
+/// Counters of a [`CheckpointStore`] (the disk tier's, natively or on the
+/// host for a guest).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Checkpoint files kept.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The size budget.
+    pub budget: u64,
+    /// Files deleted for the budget.
+    pub evictions: u64,
+    /// Files written.
+    pub written: u64,
+    /// Files found bad and ignored.
+    pub rejected: u64,
 }
 
 struct Ckpt {

@@ -27,7 +27,7 @@ use std::time::SystemTime;
 
 use kore_engine::snapshot::file::{self, Decoded, Identity};
 
-use crate::cache::{Checkpoint, CheckpointStore};
+use crate::cache::{Checkpoint, CheckpointStore, StoreStats};
 
 /// Checkpoints the writer thread may have queued before new ones are dropped.
 pub const QUEUE: usize = 4;
@@ -423,6 +423,43 @@ impl DiskTier {
         self.find(prompt, deeper_than, usable).map(|(bytes, _)| bytes)
     }
 
+    /// The most recently used files whose sizes add up to at most `budget`
+    /// bytes, least recent first (for a guest's memory tier at boot: what
+    /// it takes last stays longest).
+    pub fn newest(&self, budget: u64) -> Vec<PathBuf> {
+        let ix = lock(&self.index);
+        let mut by_use: Vec<&Entry> = ix.entries.iter().collect();
+        by_use.sort_by_key(|e| std::cmp::Reverse(e.used));
+        let mut total = 0u64;
+        let mut out: Vec<PathBuf> = by_use
+            .into_iter()
+            .take_while(|e| {
+                total += e.bytes;
+                total <= budget
+            })
+            .map(|e| e.path.clone())
+            .collect();
+        out.reverse();
+        out
+    }
+
+    /// The file at `path` (one of [`Self::newest`]), read and checked whole;
+    /// a bad one is rejected (deleted, one warning) and `None`.
+    pub fn read_checked(&self, path: &Path) -> Option<Vec<u8>> {
+        let bytes = fs::read(path).ok()?;
+        let mut ix = lock(&self.index);
+        match file::decode(&bytes, &self.identity) {
+            Ok(_) => {
+                ix.stats.loaded += 1;
+                Some(bytes)
+            }
+            Err(e) => {
+                ix.reject(path, &e);
+                None
+            }
+        }
+    }
+
     /// The deepest usable file for `prompt`, read and checked; bad files
     /// met on the way are rejected.
     fn find(
@@ -482,6 +519,23 @@ impl CheckpointStore for DiskTier {
             return None;
         }
         self.find(prompt, deeper_than, usable).map(|(_, d)| d)
+    }
+
+    fn stats(&self) -> Option<StoreStats> {
+        Some(self.stats().into())
+    }
+}
+
+impl From<DiskStats> for StoreStats {
+    fn from(d: DiskStats) -> StoreStats {
+        StoreStats {
+            files: d.files as u64,
+            bytes: d.bytes,
+            budget: d.budget,
+            evictions: d.evictions,
+            written: d.written,
+            rejected: d.rejected,
+        }
     }
 }
 

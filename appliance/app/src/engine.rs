@@ -386,6 +386,14 @@ impl Engine for ModelEngine<'_> {
         self.seqs.get(&seq).map(|s| s.served.0)
     }
 
+    fn cache_tier(&self, seq: SeqId) -> Option<&'static str> {
+        self.served_from(seq).and_then(|(_, tier)| tier).map(crate::Tier::name)
+    }
+
+    fn cache_info(&self) -> Option<kore_service::protocol::CacheInfo> {
+        Some(self.cache_counters())
+    }
+
     fn step(&mut self, out: &mut Vec<StepOut>) {
         let mut produced: BTreeMap<SeqId, Result<Vec<u32>, EngineError>> = BTreeMap::new();
         for (&id, s) in &self.seqs {

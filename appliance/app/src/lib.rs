@@ -42,8 +42,8 @@ pub mod disk;
 pub mod engine;
 mod seq;
 
-pub use assemble::{service, stop_ids, Settings};
-pub use cache::{CacheStats, Checkpoint, CheckpointStore, Tier};
+pub use assemble::{service, stop_ids, Settings, Store};
+pub use cache::{CacheStats, Checkpoint, CheckpointStore, StoreStats, Tier};
 pub use codec::{OwnedDecoder, TokenizerCodec};
 pub use constrain::grammar_vocab;
 pub use engine::ModelEngine;

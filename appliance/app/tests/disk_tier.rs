@@ -126,11 +126,58 @@ fn a_new_engine_finds_the_checkpoints_on_disk() {
     let stats = svc.engine().cache_stats();
     assert_eq!((stats.hits_disk, stats.tokens_disk), (1, cached(&a)), "{stats:?}");
     assert_eq!(handles.unwrap().0.get().loaded, 1);
+    assert_eq!(a["stats"]["cache_tier"], "disk", "{a}");
     // The same conversation again: now from memory.
     let b = ask(&mut svc, &req);
     assert_eq!(b["token_ids"], a["token_ids"]);
     assert_eq!(svc.engine().cache_stats().hits_memory, 1);
+    assert_eq!(b["stats"]["cache_tier"], "memory", "{b}");
+    // `info` reports both tiers (what /metrics shows).
+    let c = svc.open();
+    svc.on_bytes(c, b"{\"op\":\"info\",\"id\":1}\n");
+    let info: Value = serde_json::from_slice(&svc.take_output(c)).unwrap();
+    let cache = &info["info"]["cache"];
+    assert_eq!((cache["hits_disk"].as_u64(), cache["hits_memory"].as_u64()), (Some(1), Some(1)));
+    assert!(cache["bytes_disk"].as_u64() > Some(0) && cache["bytes_memory"].as_u64() > Some(0));
+    assert_eq!(cache["budget_disk"].as_u64(), Some(1 << 30), "{info}");
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// The guest's path (no disk): the host reads the newest files and the
+/// guest's engine takes them with `offer`; what the guest persists comes
+/// back as bytes the host keeps with `persist_bytes`. Answers are the
+/// uncached engine's, and a corrupt file is not handed over.
+#[test]
+fn files_handed_to_an_engine_without_disk_serve_the_same_answers() {
+    let hf = HfModelDir::open(&tiny_dir()).unwrap();
+    let model = hf.model().unwrap();
+    let root = scratch("handover");
+    let dir = populate(&model, &root, 5);
+    let host = DiskTier::open(&root, identity(&model, 5), 1 << 30).unwrap();
+    let paths = host.newest(1 << 30);
+    assert_eq!(paths.len(), files(&dir).len());
+    let empty = scratch("handover-guest");
+    let (mut uncached, _) = service(&model, None, 5, 0);
+    // The guest's store: anything but the host's files (here an empty directory).
+    let (mut guest, _) = service(&model, Some(&empty), 5, 1 << 30);
+    for p in &paths {
+        let bytes = host.read_checked(p).expect("a good file");
+        assert!(guest.engine_mut().offer(&bytes).unwrap() > 0);
+    }
+    let req = chat("What news?");
+    let a = ask(&mut guest, &req);
+    assert_eq!(a["token_ids"], ask(&mut uncached, &req)["token_ids"]);
+    assert!(cached(&a) > 100 && a["stats"]["cache_tier"] == "disk", "{a}");
+    // A corrupt file is rejected (deleted, one warning), never handed over.
+    let mut b = std::fs::read(&paths[0]).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 1;
+    std::fs::write(&paths[0], b).unwrap();
+    assert!(host.read_checked(&paths[0]).is_none());
+    assert!(!paths[0].exists());
+    assert_eq!(host.stats().rejected, 1);
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(&empty);
 }
 
 #[test]

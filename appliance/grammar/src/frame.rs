@@ -241,7 +241,10 @@ mod num {
     pub const EXPD: u8 = 8;
     /// Most digits in the integer or fraction part (f64 keeps them exact).
     pub const MAX_DIGITS: u8 = 15;
-    pub const MAX_EXP_DIGITS: u8 = 3;
+    /// Most exponent digits: with at most 15 digits before the point, two
+    /// keep every number within f64's finite range (a third let `-27e308`
+    /// through, which JSON parsers refuse as out of range).
+    pub const MAX_EXP_DIGITS: u8 = 2;
 }
 
 mod call {

@@ -51,6 +51,9 @@ fn scalars_enums_arrays_anyof_and_refs() {
     let g = schema(r#"{"type":"array","items":{"type":"number"},"minItems":1,"maxItems":3}"#);
     assert!(accepts(&g, "[1, 2.5e-3, -0]") && accepts(&g, "[0]"));
     assert!(!accepts(&g, "[]") && !accepts(&g, "[1,2,3,4]") && !accepts(&g, "[01]"));
+    // Every number it allows is a finite f64 (serde_json refuses -27e308).
+    assert!(accepts(&g, "[-27e99, 999999999999999.5E-99]"));
+    assert!(!accepts(&g, "[-27e308]") && !accepts(&g, "[1e100]"));
     let g = schema(
         r#"{"anyOf":[{"type":"string"},{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}]}"#,
     );

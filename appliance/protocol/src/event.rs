@@ -53,8 +53,12 @@ impl Finish {
 pub struct Stats {
     /// Prompt length in tokens.
     pub prompt_tokens: u32,
-    /// Prompt tokens served from the request's session state (0 when none).
+    /// Prompt tokens served from the prefix cache (0 when none).
     pub cached_tokens: u32,
+    /// Which tier of the prefix cache served them: `memory` or `disk`
+    /// (absent when none were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_tier: Option<String>,
     /// Tokens in `token_ids`.
     pub generated_tokens: u32,
     /// Time from starting the request until its first token, ms.
@@ -164,6 +168,47 @@ pub struct InfoBody {
     pub busy: bool,
     /// Open connections.
     pub connections: usize,
+    /// The prefix cache's counters (absent from engines without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheInfo>,
+}
+
+/// The prefix cache's counters in the `info` reply (docs/protocol.md,
+/// "Prefix cache"): the memory tier's and, where the engine has one, the
+/// disk tier's (on the host for a guest).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CacheInfo {
+    /// Requests that started from a checkpoint in memory.
+    pub hits_memory: u64,
+    /// Requests that started from a checkpoint loaded from disk.
+    pub hits_disk: u64,
+    /// Requests that could use the cache and found nothing.
+    pub misses: u64,
+    /// Prompt tokens served from memory.
+    pub tokens_memory: u64,
+    /// Prompt tokens served from disk.
+    pub tokens_disk: u64,
+    /// Bytes the memory tier holds.
+    pub bytes_memory: u64,
+    /// The memory tier's budget in bytes.
+    pub budget_memory: u64,
+    /// Checkpoints held in memory.
+    pub checkpoints: u64,
+    /// Checkpoints the memory tier dropped for its budget.
+    pub evictions_memory: u64,
+    /// Bytes of checkpoint files kept on disk.
+    pub bytes_disk: u64,
+    /// The disk tier's budget in bytes (0: no disk tier).
+    pub budget_disk: u64,
+    /// Checkpoint files kept on disk.
+    pub files: u64,
+    /// Files the disk tier deleted for its budget.
+    pub evictions_disk: u64,
+    /// Files written.
+    pub written: u64,
+    /// Files found bad (truncated, corrupt, foreign) and ignored.
+    pub rejected: u64,
 }
 
 /// `{"id", "info": {...}}`.
@@ -253,7 +298,12 @@ mod tests {
     #[test]
     fn every_event_reads_back_as_written() {
         let id = Id(json!("r1"));
-        let stats = Stats { prompt_tokens: 3, cached_tokens: 1, ..Stats::default() };
+        let stats = Stats {
+            prompt_tokens: 3,
+            cached_tokens: 1,
+            cache_tier: Some("disk".into()),
+            ..Stats::default()
+        };
         let info = InfoBody {
             model: "tiny".into(),
             context_limit: 4096,
@@ -268,6 +318,7 @@ mod tests {
             queued: 0,
             busy: false,
             connections: 1,
+            cache: Some(CacheInfo { hits_memory: 2, bytes_disk: 9, ..CacheInfo::default() }),
         };
         let report = BenchReport { threads: 2, kernels: "avx2".into(), ..BenchReport::default() };
         let events = [

@@ -24,8 +24,8 @@ pub mod tools;
 pub use bench::{BenchReport, BenchRequest, MtpBench, BENCH_POSITIVE_FIELDS};
 pub use error::{ErrorCode, LineError};
 pub use event::{
-    parse_event, write_line, BenchEvent, DeltaEvent, DoneEvent, ErrorBody, ErrorEvent, Event,
-    Finish, InfoBody, InfoEvent, Phase, Stats,
+    parse_event, write_line, BenchEvent, CacheInfo, DeltaEvent, DoneEvent, ErrorBody, ErrorEvent,
+    Event, Finish, InfoBody, InfoEvent, Phase, Stats,
 };
 pub use request::{parse_line, GenerateRequest, Id, Input, Message, Request, Role};
 pub use tools::{

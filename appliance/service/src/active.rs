@@ -17,6 +17,7 @@ pub(crate) struct Active<D> {
     pub(crate) chat: bool,
     pub(crate) prompt_tokens: u32,
     pub(crate) cached_tokens: u32,
+    pub(crate) cache_tier: Option<&'static str>,
     pub(crate) max_tokens: u32,
     pub(crate) emitter: Emitter<D>,
     pub(crate) tokens: Vec<u32>,
@@ -41,6 +42,7 @@ impl<D> Active<D> {
         Stats {
             prompt_tokens: a.prompt_tokens,
             cached_tokens: a.cached_tokens,
+            cache_tier: a.cache_tier.filter(|_| a.cached_tokens > 0).map(String::from),
             generated_tokens: generated,
             prefill_ms: round3(ms(prefill_ns)),
             prefill_tok_per_s: round3(per_s(a.prompt_tokens, prefill_ns)),

@@ -7,7 +7,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::Serialize;
 
-pub use kore_protocol::{BenchReport, BenchRequest};
+pub use kore_protocol::{BenchReport, BenchRequest, CacheInfo};
 
 /// Sampling and drafting parameters of one request, already validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,6 +157,19 @@ pub trait Engine {
     /// returned. Asked once, when the request ends.
     fn cached_tokens(&self, seq: SeqId) -> Option<u32> {
         let _ = seq;
+        None
+    }
+
+    /// Which tier of the engine's prefix cache served running sequence
+    /// `seq`'s cached tokens (`"memory"`, `"disk"`), if any; asked with
+    /// [`Engine::cached_tokens`].
+    fn cache_tier(&self, seq: SeqId) -> Option<&'static str> {
+        let _ = seq;
+        None
+    }
+
+    /// The prefix cache's counters for `info` (`None`: no cache).
+    fn cache_info(&self) -> Option<CacheInfo> {
         None
     }
 

@@ -118,6 +118,11 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         &self.engine
     }
 
+    /// The engine, e.g. to hand it checkpoint files between requests.
+    pub fn engine_mut(&mut self) -> &mut E {
+        &mut self.engine
+    }
+
     /// Model facts as reported by the engine.
     pub fn engine_info(&self) -> &EngineInfo {
         &self.info
@@ -351,6 +356,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             queued: self.queue.len(),
             busy: !self.active.is_empty(),
             connections: self.conns.len(),
+            cache: self.engine.cache_info(),
         };
         self.send(conn, &InfoEvent { id: Cow::Borrowed(id), info: Cow::Borrowed(&info) });
     }
@@ -383,6 +389,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             chat: matches!(mode, Mode::Chat { .. }),
             prompt_tokens: prompt.len() as u32,
             cached_tokens,
+            cache_tier: None,
             max_tokens: params.max_tokens,
             emitter,
             tokens: Vec::new(),
@@ -511,6 +518,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         if let Some(n) = self.engine.cached_tokens(seq) {
             a.cached_tokens = n;
         }
+        a.cache_tier = self.engine.cache_tier(seq);
         self.engine.finish(seq);
         if finish != Finish::Cancelled {
             a.emitter.finish(&mut deltas);

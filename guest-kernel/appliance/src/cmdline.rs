@@ -25,8 +25,11 @@ pub struct Cmdline {
     pub context: Option<u32>,
     /// `kv_tokens=N`: KV positions the running sequences share (requests beyond wait).
     pub kv_tokens: Option<usize>,
-    /// `sessions_mib=M`: the budget of kept session states.
+    /// `sessions_mib=M`: the prefix cache's memory budget.
     pub sessions_mib: Option<usize>,
+    /// `cache_pack=HEX`: the pack identity (64 hex digits) of the prefix cache's files; with
+    /// it the appliance exchanges checkpoint files with the host on vsock port 1026.
+    pub cache_pack: Option<[u8; 32]>,
 }
 
 impl Cmdline {
@@ -66,9 +69,24 @@ impl Cmdline {
                     c.kv_tokens = Some(v.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
                 }
                 "sessions_mib" => c.sessions_mib = Some(v.parse().map_err(|_| bad())?),
+                "cache_pack" => c.cache_pack = Some(hex32(v).ok_or_else(bad)?),
                 _ => return Err(alloc::format!("unknown key `{k}`")),
             }
         }
         Ok(c)
     }
+}
+
+/// 64 hex digits as 32 bytes.
+fn hex32(v: &str) -> Option<[u8; 32]> {
+    let b = v.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in b.chunks(2).enumerate() {
+        let s = core::str::from_utf8(pair).ok()?;
+        out[i] = u8::from_str_radix(s, 16).ok()?;
+    }
+    Some(out)
 }

@@ -10,7 +10,8 @@
 //! - `port=P`: serve on vsock port P instead;
 //! - `context=N`: limit the context (prompt + generated tokens) to N, never above the model's;
 //! - `kv_tokens=N`: KV positions the running sequences share (requests beyond wait);
-//! - `sessions_mib=M`: memory for kept session states;
+//! - `sessions_mib=M`: the prefix cache's memory budget; `cache_pack=HEX`: the pack identity
+//!   of the prefix cache's files, exchanged with the host on vsock port 1026 (`cache.rs`);
 //! - `kernels=generic|avx2|avx512|avx512vnni`: force kore-engine's kernel path (default: the
 //!   best the CPU level allows); `kv=f32|f16`: the KV cache type; `deltanet_chunked_min=N`:
 //!   DeltaNet's chunked form from N tokens (the launcher passes its `KORE_*` engine options);
@@ -29,6 +30,7 @@
 extern crate alloc;
 
 mod bench;
+mod cache;
 mod cmdline;
 mod pool;
 mod selftest;
@@ -143,16 +145,25 @@ fn serve_vsock<'m>(
         eos_token: pack.manifest.eos_token.clone(),
         context: cmd.context,
         kv_tokens: cmd.kv_tokens,
-        session_bytes: cmd.sessions_mib.map(|mib| mib << 20),
+        cache_bytes: cmd.sessions_mib.map(|mib| mib << 20),
         // `{"op":"bench"}` measures with the TSC clock, like `bench=N`.
         bench_clock: Some(clock::now_ns),
         ..kore_appliance::Settings::default()
+    };
+    // With `cache_pack=`, checkpoints go to and come from the host's disk tier (cache.rs).
+    let (link, store) = match cmd.cache_pack {
+        Some(pack) => {
+            let (link, store) = cache::Link::new();
+            (Some(link), Some(kore_appliance::Store { store: alloc::boxed::Box::new(store), pack }))
+        }
+        None => (None, None),
     };
     let mut svc = kore_appliance::service(
         model,
         Some(alloc::sync::Arc::new(tokenizer)),
         &settings,
         serve::TscClock,
+        store,
     );
     let mut dev = match kore_rt::vsock::open() {
         Ok(d) => d,
@@ -162,7 +173,7 @@ fn serve_vsock<'m>(
         }
     };
     let cid = dev.sockets.cid();
-    let e = serve::run(&mut dev, &mut svc, port, || {
+    let e = serve::run(&mut dev, &mut svc, port, link, || {
         announce_ready(&alloc::format!("vsock cid={cid} port={port}"))
     });
     println!("kore-appliance: vsock device failed: {e:?}");

@@ -15,6 +15,8 @@ use kore_rt::{clock, kcall, println};
 
 use kore_service::{Clock, Codec, ConnId, Engine, Service};
 
+use crate::cache::{Link, Offer, CACHE_PORT};
+
 /// kore-rt's TSC clock for the service.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TscClock;
@@ -32,16 +34,19 @@ struct Conn {
     eof: bool,
 }
 
-/// Listens on `port`, calls `ready` once listening, and serves forever (returns only on a
-/// device error).
-pub fn run<E: Engine, C: Codec>(
+/// Listens on `port` (and with a `link`, on the prefix cache's [`CACHE_PORT`]), calls
+/// `ready` once listening, and serves forever (returns only on a device error).
+pub fn run<E: Engine + Offer, C: Codec>(
     dev: &mut Device,
     svc: &mut Service<E, C, TscClock>,
     port: u32,
+    mut link: Option<Link>,
     ready: impl FnOnce(),
 ) -> vsock::DriverError {
-    if let Err(e) = dev.sockets.listen(port) {
-        println!("kore-appliance: cannot listen on vsock port {port}: {e:?}");
+    for p in core::iter::once(port).chain(link.as_ref().map(|_| CACHE_PORT)) {
+        if let Err(e) = dev.sockets.listen(p) {
+            println!("kore-appliance: cannot listen on vsock port {p}: {e:?}");
+        }
     }
     ready();
     let mut conns: BTreeMap<VConn, Conn> = BTreeMap::new();
@@ -56,15 +61,26 @@ pub fn run<E: Engine, C: Codec>(
             }
         }
         while let Some(v) = dev.sockets.accept() {
-            conns.insert(v, Conn { svc: svc.open(), eof: false });
+            match link.as_mut() {
+                Some(l) if dev.sockets.addr(v).is_some_and(|a| a.0 == CACHE_PORT) => {
+                    l.attach(dev, v)
+                }
+                _ => drop(conns.insert(v, Conn { svc: svc.open(), eof: false })),
+            }
             moved = true;
         }
         moved |= receive(dev, svc, &mut conns, &mut buf);
+        if let Some(l) = link.as_mut() {
+            moved |= l.receive(dev, svc.engine_mut());
+        }
         if svc.has_work() {
             svc.poll();
             moved = true;
         }
         moved |= send(dev, svc, &mut conns);
+        if let Some(l) = link.as_mut() {
+            moved |= l.flush(dev, !svc.has_work());
+        }
         if !moved && !svc.has_work() && !dev.sockets.has_transmit() {
             kcall::wait();
             dev.ack_interrupt();

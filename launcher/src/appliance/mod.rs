@@ -16,6 +16,7 @@
 // (helper ux); not every item has a caller in every build.
 #![allow(dead_code)]
 
+mod cache_link;
 pub mod images;
 pub mod import;
 pub mod native;
@@ -146,6 +147,8 @@ impl Appliance {
             let opts = native::NativeOptions {
                 context: Some(settings.context),
                 threads: overrides.vcpus.map(|n| n as usize),
+                cache: Some(settings.cache),
+                cache_disk: Some(settings.cache_disk),
             };
             return Ok((Appliance::native_with(&path, &opts)?, path));
         }
@@ -304,6 +307,7 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
     // One sizing (host::sizing) gives the guest's memory and what it is told on its command line.
     let budget = crate::host::sizing::Budget::compute(pack, settings.context)
         .map_err(|e| LaunchError::Model(e.to_string()))?
+        .with_cache(settings.cache)
         .with_memory(settings.memory);
     if crate::engine_options::current().kernels == Some(kore_engine::simd::Path::Amx) {
         return Err(LaunchError::Usage(
@@ -312,15 +316,21 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
                 .into(),
         ));
     }
+    // The link to the host's disk tier: with a memory and a disk budget and a pack.toml.
+    let linked = settings.cache > 0 && settings.cache_disk > 0;
+    let cache = linked
+        .then_some((budget.sessions, settings.cache_disk))
+        .filter(|_| cache_link::pack_hex(pack).is_some());
     Ok(BootOptions {
         vcpus: settings.vcpus.max(1),
         memory_bytes: budget.own_memory().div_ceil(2 * MIB) * 2 * MIB,
         hugepages,
         socket,
         images: GuestImages::locate()?,
-        cmdline: guest_cmdline(&budget),
+        cmdline: guest_cmdline(&budget, cache.is_some()),
         guest_cpu: settings.guest_cpu,
         vf: settings.vf.clone(),
+        cache,
     })
 }
 
@@ -329,11 +339,15 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
 /// the guest's memory was made with, then the engine options this process
 /// runs with (`KORE_KERNELS`, ...: the same as `--native`), then the words of
 /// `KORE_GUEST_CMDLINE_APPEND` (debugging and fault tests).
-fn guest_cmdline(b: &crate::host::sizing::Budget) -> String {
+fn guest_cmdline(b: &crate::host::sizing::Budget, linked: bool) -> String {
     let extra = crate::env::get("KORE_GUEST_CMDLINE_APPEND").unwrap_or_default();
     let extra = extra.split_whitespace().fold(String::new(), |s, w| s + " " + w);
+    let link = match linked.then(|| cache_link::pack_hex(&b.pack)).flatten() {
+        Some(hex) => format!(" cache_pack={hex}"),
+        None => String::new(),
+    };
     format!(
-        "context={} kv_tokens={} sessions_mib={}{}{extra}",
+        "context={} kv_tokens={} sessions_mib={}{link}{}{extra}",
         b.context.min(u64::from(u32::MAX)),
         b.kv_tokens,
         b.sessions >> 20,

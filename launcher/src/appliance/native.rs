@@ -19,6 +19,11 @@ pub struct NativeOptions {
     pub context: Option<u64>,
     /// Worker threads of the engine's pool (default: every core).
     pub threads: Option<usize>,
+    /// The prefix cache's memory budget in bytes (default: the engine's).
+    pub cache: Option<u64>,
+    /// The prefix cache's disk budget in bytes under
+    /// `$XDG_CACHE_HOME/kore` (`None` or 0: no disk tier).
+    pub cache_disk: Option<u64>,
 }
 
 /// Starts the service thread for the model at `path` and waits until the
@@ -52,9 +57,11 @@ pub fn spawn(path: &Path, opts: &NativeOptions) -> Result<ServiceHandle> {
             extra_eos_ids: files.extra_eos_ids.clone(),
             context: opts.context.map(|c| u32::try_from(c).unwrap_or(u32::MAX)),
             bench_alloc: Some(hugepage_buffer),
+            cache_bytes: opts.cache.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
             ..kore_appliance::Settings::default()
         };
-        let service = kore_appliance::service(&model, tokenizer, &settings, StdClock::new());
+        let store = opts.cache_disk.filter(|&b| b > 0).and_then(|b| disk_store(&path, &model, b));
+        let service = kore_appliance::service(&model, tokenizer, &settings, StdClock::new(), store);
         let _ = ready_tx.send(Ok(()));
         runner.run(service);
     })
@@ -64,6 +71,50 @@ pub fn spawn(path: &Path, opts: &NativeOptions) -> Result<ServiceHandle> {
         Ok(Err(e)) => Err(e),
         Err(_) => {
             Err(LaunchError::Model("the service thread stopped while loading the model".into()))
+        }
+    }
+}
+
+/// The identity of the pack at `path` for the prefix cache's files: the
+/// SHA-256 of its pack.toml (which holds every file's digest, so a changed
+/// weight or tokenizer is another pack). `None` for a directory without one.
+pub fn pack_digest(path: &Path) -> Option<[u8; 32]> {
+    use sha2::Digest;
+    let manifest = std::fs::read(path.join("pack.toml")).ok()?;
+    Some(sha2::Sha256::digest(&manifest).into())
+}
+
+/// The disk tier for the pack at `path` under the user's cache directory,
+/// `budget` bytes; `None` (logged) when it cannot be opened.
+fn disk_store<'m>(
+    path: &Path,
+    model: &kore_engine::Model<'_>,
+    budget: u64,
+) -> Option<kore_appliance::Store<'m>> {
+    let Some(pack) = pack_digest(path) else {
+        tracing::info!(
+            "prefix cache: {} has no pack.toml, keeping nothing on disk",
+            path.display()
+        );
+        return None;
+    };
+    let root = kore_appliance::disk::default_root()?;
+    let identity = kore_engine::snapshot::file::Identity {
+        pack,
+        shape: kore_engine::snapshot::Shape::of(&model.config),
+        kv: model.options().kv,
+    };
+    match kore_appliance::disk::DiskTier::open(&root, identity, budget) {
+        Ok(tier) => {
+            tracing::info!(dir = %tier.dir().display(), budget, "prefix cache: disk tier");
+            Some(kore_appliance::Store { store: Box::new(tier), pack })
+        }
+        Err(e) => {
+            tracing::warn!(
+                "prefix cache: cannot open {} ({e}); keeping nothing on disk",
+                root.display()
+            );
+            None
         }
     }
 }

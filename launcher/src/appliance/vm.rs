@@ -45,6 +45,9 @@ pub struct BootOptions {
     pub guest_cpu: kore_vmm::GuestCpu,
     /// Host PCI function passed through with VFIO (normalised address).
     pub vf: Option<String>,
+    /// The prefix cache's (memory, disk) budgets for the link to the guest
+    /// (`cache_link`); `None`: the guest keeps checkpoints in memory only.
+    pub cache: Option<(u64, u64)>,
 }
 
 /// Measured while booting.
@@ -77,6 +80,8 @@ pub struct VmAppliance {
     vmm: Option<VmmProcess>,
     socket: PathBuf,
     report: BootReport,
+    /// The prefix cache's link to the guest (drained before the VM stops).
+    cache: Option<super::cache_link::Link>,
 }
 
 impl std::fmt::Debug for VmAppliance {
@@ -154,8 +159,12 @@ impl VmAppliance {
                 preload_time,
                 vcpus: opts.vcpus,
             },
+            cache: None,
         };
         let first = me.wait_ready(started)?;
+        if let Some((memory, disk)) = opts.cache {
+            me.cache = super::cache_link::start(&opts.socket, pack, memory, disk);
+        }
         me.report.boot_to_ready = started.elapsed();
         drop(first);
         tracing::info!(
@@ -229,6 +238,9 @@ impl VmAppliance {
     }
 
     fn stop(&mut self) {
+        if let Some(link) = self.cache.take() {
+            link.drain();
+        }
         if let Some(mut vmm) = self.vmm.take() {
             vmm.stop();
         }

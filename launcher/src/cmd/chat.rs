@@ -226,10 +226,7 @@ impl<'a> Chat<'a> {
         req.session = Some(self.session.clone());
         self.conn.0.send(&Request::Generate(req))?;
         let body = stream(&mut self.conn, id, &mut |_, _| Ok(()))?;
-        println!(
-            "(system prompt ready: {} tokens in {:.0} ms)",
-            body.stats.prompt_tokens, body.stats.prefill_ms
-        );
+        println!("({})", system_banner(&body.stats));
         Ok(())
     }
 
@@ -358,5 +355,18 @@ fn on_off(b: bool) -> &'static str {
         "on"
     } else {
         "off"
+    }
+}
+
+/// Where the system prompt came from: "system prompt ready: N tokens from
+/// cache (disk, M reused) in X ms", or "... N tokens prefilled in X ms".
+fn system_banner(s: &kore_protocol::Stats) -> String {
+    let (n, ms) = (s.prompt_tokens, s.prefill_ms);
+    match (s.cached_tokens, s.cache_tier.as_deref()) {
+        (0, _) => format!("system prompt ready: {n} tokens prefilled in {ms:.0} ms"),
+        (c, tier) => format!(
+            "system prompt ready: {n} tokens from cache ({}, {c} reused) in {ms:.0} ms",
+            tier.unwrap_or("memory")
+        ),
     }
 }

@@ -18,7 +18,7 @@ pub fn run(flag: JsonFlag) -> Result<()> {
     let budget = crate::model::effective_path(&settings)
         .map_err(|e| e.to_string())
         .and_then(|model| Budget::compute(&model, settings.context).map_err(|e| e.to_string()))
-        .map(|b| b.with_memory(settings.memory));
+        .map(|b| b.with_cache(settings.cache).with_memory(settings.memory));
     let inputs = Inputs {
         sys: &root,
         kvm: kvm::probe(&root),

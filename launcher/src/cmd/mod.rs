@@ -2,6 +2,7 @@
 
 mod batch;
 pub mod bench;
+mod cache;
 mod chat;
 mod completions;
 mod daemon;
@@ -36,6 +37,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Command::Serve(args)) => serve::run(args),
         Some(Command::Setup(args)) => setup::run(&args),
         Some(Command::Doctor(flag)) => doctor::run(flag),
+        Some(Command::Cache(args)) => cache::run(&args),
         Some(Command::Completions { shell }) => completions::run(shell),
     }
 }

@@ -23,8 +23,10 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     };
     let settings = config::effective(&overrides)?;
     let model = crate::model::effective_path(&settings)?;
-    let budget =
-        Budget::compute(&model, settings.context).map_err(host_error)?.with_memory(settings.memory);
+    let budget = Budget::compute(&model, settings.context)
+        .map_err(host_error)?
+        .with_cache(settings.cache)
+        .with_memory(settings.memory);
     // An explicit --vf wins; with --gpu the first new VF; otherwise the configured `vf`.
     let vf = match (&config::vf_flag(), &args.gpu) {
         (Some(_), _) | (None, None) => settings.vf.clone(),

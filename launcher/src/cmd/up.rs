@@ -46,6 +46,13 @@ pub fn run(args: UpArgs, verbose: u8) -> Result<()> {
     if let Some(vf) = crate::config::vf_flag() {
         cmd.arg("--vf").arg(vf);
     }
+    let (cache, cache_disk) = crate::config::cache_flags();
+    if let Some(b) = cache {
+        cmd.arg("--cache").arg(b.to_string());
+    }
+    if let Some(b) = cache_disk {
+        cmd.arg("--cache-disk").arg(b.to_string());
+    }
     cmd.arg(format!("-{}", "v".repeat(usize::from(verbose.max(1)))));
     cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(io_err(&rt.log_file()))?).stderr(log);
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent;

@@ -11,7 +11,8 @@
 //!                   sequences share (the guest queues requests beyond them)
 //! kv_cache        = 2 (growth headroom) x kv_tokens x (full-attention layers + MTP layers)
 //!                   x 2 (K and V) x kv_heads x head_dim x 4 bytes (the engine's f32 cache)
-//! sessions        = min(512 MiB, kv_cache): kept session states (LRU beyond it)
+//! sessions        = the prefix cache's memory budget (config key `cache`, `--cache`,
+//!                   KORE_CACHE; default min(512 MiB, kv_cache)): checkpoints, LRU beyond it
 //! recurrent_state = linear-attention layers x ( v_heads x k_dim x v_dim x 4 bytes (f32 state)
 //!                   + (conv_kernel - 1) x (2 x k_heads x k_dim + v_heads x v_dim) x 4 bytes )
 //! heap            = 256 MiB (activations, logits, tokenizer, I/O buffers)
@@ -185,6 +186,13 @@ impl Budget {
         self
     }
 
+    /// Sizes the prefix cache's memory tier at `bytes` (the configured
+    /// `cache` budget) instead of the default.
+    pub fn with_cache(mut self, bytes: u64) -> Budget {
+        self.sessions = bytes;
+        self
+    }
+
     /// Sizes the model at `pack` for `context` tokens.
     pub fn compute(pack: &Path, context: u64) -> Result<Budget, HostError> {
         let err = |reason: String| HostError::Pack { path: pack.to_path_buf(), reason };
@@ -253,7 +261,7 @@ impl Budget {
                 self.context
             ),
             format!("recurrent state  {:>10}", mib(self.recurrent_state)),
-            format!("sessions         {:>10}  (kept conversation states)", mib(self.sessions)),
+            format!("sessions         {:>10}  (prefix cache checkpoints)", mib(self.sessions)),
             format!("heap             {:>10}", mib(self.heap)),
             format!("kernel           {:>10}", mib(self.kernel)),
             format!("total            {:>10}", mib(self.total())),

@@ -1,14 +1,15 @@
 //! Counters of the HTTP server and their Prometheus text exposition
 //! (`GET /metrics`): HTTP requests by path and status, generations by how
 //! they ended, prompt and generated tokens, the last request's speeds, the
-//! requests in flight here and the appliance's own queue.
+//! requests in flight here, the appliance's own queue and its prefix cache
+//! (hits, misses, tokens and bytes per tier, evictions).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use kore_protocol::{Finish, InfoBody};
+use kore_protocol::{CacheInfo, Finish, InfoBody};
 
 use crate::client::Done;
 
@@ -179,9 +180,41 @@ impl Metrics {
                 "Context limit of the model.",
                 Some(f64::from(info.context_limit)),
             );
+            if let Some(cache) = &info.cache {
+                render_cache(&mut text, cache);
+            }
         }
         text
     }
+}
+
+/// The prefix cache's families, by tier (`memory`, `disk`).
+fn render_cache(text: &mut String, c: &CacheInfo) {
+    let tiers = |text: &mut String, name: &str, kind: &str, help: &str, mem: u64, disk: u64| {
+        metric(text, name, kind, help, None);
+        let _ = writeln!(text, "{name}{{tier=\"memory\"}} {mem}\n{name}{{tier=\"disk\"}} {disk}");
+    };
+    let help = "Requests that started from a prefix-cache checkpoint, by tier.";
+    tiers(text, "kore_cache_hits_total", "counter", help, c.hits_memory, c.hits_disk);
+    let help = "Prompt tokens served from the prefix cache, by tier.";
+    tiers(text, "kore_cache_tokens_total", "counter", help, c.tokens_memory, c.tokens_disk);
+    let help = "Bytes the prefix cache holds, by tier.";
+    tiers(text, "kore_cache_bytes", "gauge", help, c.bytes_memory, c.bytes_disk);
+    let help = "The prefix cache's budget in bytes, by tier.";
+    tiers(text, "kore_cache_budget_bytes", "gauge", help, c.budget_memory, c.budget_disk);
+    let help = "Checkpoints (memory) and files (disk) dropped for the budget, by tier.";
+    tiers(
+        text,
+        "kore_cache_evictions_total",
+        "counter",
+        help,
+        c.evictions_memory,
+        c.evictions_disk,
+    );
+    let help = "Requests that could use the prefix cache and found nothing.";
+    metric(text, "kore_cache_misses_total", "counter", help, Some(c.misses as f64));
+    let help = "Checkpoint files found bad (truncated, corrupt, foreign) and ignored.";
+    metric(text, "kore_cache_rejected_files_total", "counter", help, Some(c.rejected as f64));
 }
 
 /// One metric family's header, and its sample when it has no labels.
@@ -217,7 +250,14 @@ mod tests {
         };
         m.record_done(&done);
         let _guard = m.start();
-        let info = InfoBody { queued: 2, busy: true, queue_limit: 64, ..InfoBody::default() };
+        let cache = CacheInfo { hits_disk: 3, bytes_memory: 7, misses: 2, ..CacheInfo::default() };
+        let info = InfoBody {
+            queued: 2,
+            busy: true,
+            queue_limit: 64,
+            cache: Some(cache),
+            ..InfoBody::default()
+        };
         let text = m.render(Some(&info));
         for line in [
             "kore_http_requests_total{path=\"/v1/completions\",status=\"200\"} 2",
@@ -228,6 +268,9 @@ mod tests {
             "kore_requests_in_flight 1",
             "kore_queue_depth 2",
             "kore_engine_busy 1",
+            "kore_cache_hits_total{tier=\"disk\"} 3",
+            "kore_cache_bytes{tier=\"memory\"} 7",
+            "kore_cache_misses_total 2",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }

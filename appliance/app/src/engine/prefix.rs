@@ -80,6 +80,30 @@ impl<'m> ModelEngine<'m> {
         self.cache.stats.clone()
     }
 
+    /// The cache's counters as `info` reports them: the memory tier's and
+    /// the store's (disk) where there is one.
+    pub fn cache_counters(&self) -> kore_service::protocol::CacheInfo {
+        let c = &self.cache.stats;
+        let d = self.store.as_ref().and_then(|(s, _)| s.stats()).unwrap_or_default();
+        kore_service::protocol::CacheInfo {
+            hits_memory: c.hits_memory,
+            hits_disk: c.hits_disk,
+            misses: c.misses,
+            tokens_memory: c.tokens_memory,
+            tokens_disk: c.tokens_disk,
+            bytes_memory: c.bytes as u64,
+            budget_memory: c.budget as u64,
+            checkpoints: c.checkpoints as u64,
+            evictions_memory: c.evictions,
+            bytes_disk: d.bytes,
+            budget_disk: d.budget,
+            files: d.files,
+            evictions_disk: d.evictions,
+            written: d.written,
+            rejected: d.rejected,
+        }
+    }
+
     /// Prompt tokens of running sequence `seq` served from the cache so far,
     /// and the tier they came from (`None`: none).
     pub fn served_from(&self, seq: SeqId) -> Option<(u32, Option<Tier>)> {
