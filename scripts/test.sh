@@ -38,7 +38,10 @@ fi
 bash scripts/tokenizer/make_qwen_tokenizer.sh
 
 # The hermetic unit and integration tests: no KVM, root, network, tmux or Python needed.
-cargo test --workspace --release --locked
+# This project's machines have AVX-512 VNNI: the kernel agreement tests must have run
+# each SIMD path (a CPU without one fails here rather than passing having tested none).
+KORE_REQUIRE_KERNELS=${KORE_REQUIRE_KERNELS:-avx2,avx512,avx512vnni} \
+  cargo test --workspace --release --locked
 
 # The tokenizer against the real Qwen3.5 tokenizer.json (generated above by Python).
 cargo test --release --locked -p kore-tokenizer --features qwen35-reference --test qwen35 --test qwen35_chat
