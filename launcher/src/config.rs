@@ -518,9 +518,3 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     }
     Ok(bytes)
 }
-
-impl From<ConfigError> for crate::error::LaunchError {
-    fn from(err: ConfigError) -> Self {
-        crate::error::LaunchError::Usage(err.to_string())
-    }
-}

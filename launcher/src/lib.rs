@@ -60,3 +60,11 @@ fn init_tracing(verbose: u8) {
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
+
+// Here rather than in either module: error.rs does not import config (no
+// circle), and config.rs compiles alone in launcher/tests/host_config.rs.
+impl From<config::ConfigError> for error::LaunchError {
+    fn from(err: config::ConfigError) -> Self {
+        error::LaunchError::Usage(err.to_string())
+    }
+}

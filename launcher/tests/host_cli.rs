@@ -112,8 +112,9 @@ fn setup_reserves_in_the_tree_or_asks_for_root() {
         assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
         let pages: u64 = tree.read(NR_2M).trim().parse().unwrap();
         // As the VMM lays it out: the guest's own memory (quarter-of-weights estimate + 256 MiB
-        // heap + 64 MiB kernel) and the 1 MiB pack, each in whole 2 MiB pages.
-        let own = ((1u64 << 18) + (320 << 20)).div_ceil(2 << 20);
+        // heap + 64 MiB kernel + the prefix cache's default 512 MiB memory tier) and the 1 MiB
+        // pack, each in whole 2 MiB pages.
+        let own = ((1u64 << 18) + (320 << 20) + (512 << 20)).div_ceil(2 << 20);
         let expected = own + (1u64 << 20).div_ceil(2 << 20);
         assert_eq!(pages, expected);
         assert!(stdout(&o).contains("[change] echo"), "{}", stdout(&o));

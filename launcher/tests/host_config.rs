@@ -7,6 +7,13 @@ mod config;
 #[path = "../src/host/mod.rs"]
 mod host;
 
+/// The launcher's environment seam (`launcher/src/env.rs`), as config.rs uses it.
+mod env {
+    pub fn get(name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
 use config::{load, locate, parse, parse_size, resolve, ConfigError, Loaded, Overrides};
 use host::HugepageSize;
 use std::collections::HashMap;

@@ -12,7 +12,7 @@
 //! kv_cache        = 2 (growth headroom) x kv_tokens x (full-attention layers + MTP layers)
 //!                   x 2 (K and V) x kv_heads x head_dim x 4 bytes (the engine's f32 cache)
 //! sessions        = the prefix cache's memory budget (config key `cache`, `--cache`,
-//!                   KORE_CACHE; default min(512 MiB, kv_cache)): checkpoints, LRU beyond it
+//!                   KORE_CACHE; default 512 MiB): checkpoints, LRU beyond it
 //! recurrent_state = linear-attention layers x ( v_heads x k_dim x v_dim x 4 bytes (f32 state)
 //!                   + (conv_kernel - 1) x (2 x k_heads x k_dim + v_heads x v_dim) x 4 bytes )
 //! heap            = 256 MiB (activations, logits, tokenizer, I/O buffers)
