@@ -45,12 +45,14 @@ fn moe_mtp_head_matches_the_reference_batched_and_chained() {
     let get = |n: &str| st.get(n).unwrap_or_else(|| panic!("{n} missing"));
     let prompt = i32s(get("prompt"));
     let (h, v) = (model.config.hidden_size, model.config.vocab_size);
-    let mut s = model.new_state();
+    // f32 KV: the 1e-4 tolerance holds only with it (f16 is the default).
+    let f32_kv = kore_engine::state::KvPrecision::F32;
+    let mut s = kore_engine::State::with_kv(&model.config, f32_kv);
     let trunk = model.forward_hidden(&mut s, &prompt).unwrap();
     assert_close(&trunk, &f32s(get("trunk_hidden")), "trunk final normed hidden");
     let mut shifted = prompt[1..].to_vec();
     shifted.push(i32s(get("next"))[0]);
-    let mut ms = MtpState::new();
+    let mut ms = MtpState::with_kv(f32_kv);
     let g = model.mtp_forward(&mut ms, &shifted, &trunk).unwrap();
     assert_close(&g, &f32s(get("mtp_hidden")), "MTP normed output");
     assert_close(&model.logits(&g), &f32s(get("mtp_logits")), "MTP logits");

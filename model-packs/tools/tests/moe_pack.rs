@@ -44,16 +44,20 @@ fn ids(t: TensorView<'_>) -> Vec<u32> {
     t.data.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap()) as u32).collect()
 }
 
-/// Forces a kernel path whose NVFP4 products take f32 activations (the
-/// `avx512vnni` and `avx2` paths quantize them to int8 by design; their own
-/// agreement tests are in kore-engine).
-fn f32_activations() {
-    use kore_engine::simd::{active, force, Path as K};
-    match active() {
-        K::Avx512Vnni | K::Amx => force(Some(K::Avx512)).unwrap(),
-        K::Avx2 => force(Some(K::Generic)).unwrap(),
-        _ => {}
-    }
+/// Sets `model` to a kernel path whose NVFP4 products take f32 activations
+/// (the `avx512vnni` and `avx2` paths quantize them to int8 by design; their
+/// own agreement tests are in kore-engine) and to f32 KV (the reference's
+/// tolerance holds with it; f16 is the default).
+fn f32_activations(model: &mut kore_engine::Model<'_>) {
+    use kore_engine::simd::Path as K;
+    let kernels = match model.kernels() {
+        K::Avx512Vnni | K::Amx => K::Avx512,
+        K::Avx2 => K::Generic,
+        other => other,
+    };
+    let kv = kore_engine::state::KvPrecision::F32;
+    let opts = kore_engine::EngineOptions { kernels: Some(kernels), kv, ..Default::default() };
+    model.set_options(&opts).unwrap();
 }
 
 #[test]
@@ -80,8 +84,8 @@ fn modelopt_nvfp4_moe_checkpoint_matches_its_dequantized_reference() {
     let theirs = src.get("model.language_model.layers.1.mlp.experts.5.down_proj.weight").unwrap();
     assert_eq!(weight.data, theirs.data, "NVFP4 codes are copied as they are");
 
-    f32_activations();
-    let model = pack.model().unwrap();
+    let mut model = pack.model().unwrap();
+    f32_activations(&mut model);
     let refs = std::fs::read(fixture.join("reference.safetensors")).unwrap();
     let refs = Safetensors::parse(&refs).unwrap();
     for i in 0..2 {
