@@ -103,9 +103,6 @@ pub enum ApplianceError {
         /// The serial console's last lines.
         console: String,
     },
-    /// The VM ended abnormally (no exit status).
-    #[error("the Kore VM ended: {0}")]
-    Ended(String),
     /// The service did not accept in time.
     #[error(
         "the Kore guest did not accept on vsock port {port} within {limit:?}; it hangs or the \

@@ -12,10 +12,6 @@
 //! once. Dropping an appliance (or [`Appliance::shutdown`]) stops what it
 //! started; an attached appliance keeps running.
 
-// The API serves `generate` and `bench` here and `up`/`down`/`status`/`chat`/`batch`
-// (helper ux); not every item has a caller in every build.
-#![allow(dead_code)]
-
 mod cache_link;
 pub mod images;
 pub mod import;
@@ -72,7 +68,8 @@ impl std::fmt::Debug for Appliance {
 
 impl Appliance {
     /// The service in-process over the model at `model` (pack or Hugging Face
-    /// directory); returns once the model is loaded.
+    /// directory); returns once the model is loaded (the tests' shorthand).
+    #[cfg(test)]
     pub fn native(model: &Path) -> Result<Appliance> {
         Self::native_with(model, &native::NativeOptions::default())
     }
@@ -230,16 +227,6 @@ impl Appliance {
         match &self.kind {
             Kind::Vm(v) => v.confinement(),
             _ => None,
-        }
-    }
-
-    /// Blocks until a booted VM's guest exits (for the `up` background
-    /// process); returns its exit status. Other kinds return at once.
-    pub fn wait(mut self) -> Result<u32> {
-        let kind = std::mem::replace(&mut self.kind, Kind::Attached(PathBuf::new()));
-        match kind {
-            Kind::Vm(v) => v.wait(),
-            _ => Ok(0),
         }
     }
 

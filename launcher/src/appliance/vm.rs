@@ -221,17 +221,6 @@ impl VmAppliance {
         self.vmm.as_ref().map(VmmProcess::confinement)
     }
 
-    /// Blocks until the guest exits (for a background `up` process).
-    pub fn wait(mut self) -> Result<u32> {
-        let mut vmm = self.vmm.take().ok_or(ApplianceError::Gone)?;
-        let ended = vmm.wait();
-        let _ = std::fs::remove_file(&self.socket);
-        match (ended.status, ended.error) {
-            (Some(status), _) => Ok(status),
-            (None, e) => Err(ApplianceError::Ended(e.unwrap_or_else(|| "ended".into())).into()),
-        }
-    }
-
     /// Stops the VM and removes its socket.
     pub fn shutdown(mut self) {
         self.stop();

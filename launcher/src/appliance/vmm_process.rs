@@ -120,15 +120,6 @@ impl VmmProcess {
         self.ended.as_ref()
     }
 
-    /// Blocks until the VMM ends.
-    pub fn wait(&mut self) -> Ended {
-        loop {
-            if let Some(e) = self.wait_timeout(Duration::from_secs(3600)) {
-                return e.clone();
-            }
-        }
-    }
-
     /// Stops the VM (SIGTERM; SIGKILL after a grace period) and reaps the child.
     pub fn stop(&mut self) {
         if self.ended.is_some() {
