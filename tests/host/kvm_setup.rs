@@ -6,8 +6,9 @@
 //! guest, `doctor` reports the node as usable, and a second `setup` changes nothing there.
 //!
 //! The host is not touched: the scenario runs in a private mount namespace with a copy of
-//! /etc (users, groups, udev rules) and a fresh device node for the same KVM device bound over
-//! /dev/kvm; hugepages that `setup` reserves are given back at the end. The user runs the
+//! /etc (users, groups, udev rules), the distribution's udev rule folders emptied (udev's own
+//! 50-udev-default.rules would already keep /dev/kvm with group kvm) and a fresh device node for
+//! the same KVM device bound over /dev/kvm; hugepages that `setup` reserves are given back at the end. The user runs the
 //! binary alone (it carries its VMM, guest images and pack, written under its own HOME).
 //!
 //! Needs root, /dev/kvm, `unshare`, `mknod`, `setpriv`, `useradd`.
@@ -26,6 +27,11 @@ pool=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
 pages=$(cat $pool)
 trap 'echo "$pages" > $pool' EXIT
 cp -a /etc "$work/etc" && mount --bind "$work/etc" /etc
+# no udev rule may give /dev/kvm to group kvm already (distros' 50-udev-default.rules does)
+rm -f "$work"/etc/udev/rules.d/*.rules
+for d in /usr/lib/udev/rules.d /run/udev/rules.d; do
+  if [ -d "$d" ]; then mount -t tmpfs -o mode=755 norules "$d"; fi
+done
 mkdir "$work/node" && mount -t tmpfs -o mode=755 kvmnode "$work/node"
 mknod -m 0600 "$work/node/kvm" c 10 232 && chown root:root "$work/node/kvm"
 mount --bind "$work/node/kvm" /dev/kvm
