@@ -37,6 +37,12 @@ fi
 # The real Qwen3.5 tokenizer.json the tokenizer tests compare against (generated, not committed).
 bash scripts/tokenizer/make_qwen_tokenizer.sh
 
+# The prefix cache's disk tier keeps checkpoint files under $XDG_CACHE_HOME/kore: the tests
+# below get a fresh one, so none of them reuses what an earlier run left (as on a fresh machine).
+XDG_CACHE_HOME="$(mktemp -d -t kore-test-cache.XXXXXX)"
+export XDG_CACHE_HOME
+trap 'rm -rf "$XDG_CACHE_HOME"' EXIT
+
 # The hermetic unit and integration tests: no KVM, root, network, tmux or Python needed.
 # This project's machines have AVX-512 VNNI: the kernel agreement tests must have run
 # each SIMD path (a CPU without one fails here rather than passing having tested none).

@@ -48,17 +48,32 @@ pub enum ConnectError {
     },
 }
 
+/// How long [`connect`]'s handshake waits for the guest's answer.
+pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
+
 /// Connects to guest port `port` through the VM's vsock Unix socket `uds`:
 /// writes `CONNECT <port>\n`, expects `OK <host port>\n`, and returns the
 /// stream, which then carries the connection's bytes (shut down its write
 /// side to send the guest end-of-stream). The handshake itself waits at most
-/// 10 s for the guest's answer.
+/// [`HANDSHAKE_WAIT`] for the guest's answer.
 pub fn connect(uds: impl AsRef<Path>, port: u32) -> Result<UnixStream, ConnectError> {
+    connect_within(uds, port, HANDSHAKE_WAIT)
+}
+
+/// [`connect`] whose handshake waits at most `wait` for the guest's answer
+/// (a guest that accepts connections between long units of work answers
+/// late); past it the error is [`ConnectError::Io`] of kind `WouldBlock` or
+/// `TimedOut`.
+pub fn connect_within(
+    uds: impl AsRef<Path>,
+    port: u32,
+    wait: Duration,
+) -> Result<UnixStream, ConnectError> {
     let path = uds.as_ref();
     let mut s = UnixStream::connect(path)
         .map_err(|source| ConnectError::Socket { path: path.to_path_buf(), source })?;
     s.write_all(format!("CONNECT {port}\n").as_bytes())?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
     // Byte by byte: nothing after the line may be consumed here.
     let mut line = Vec::new();
     let mut b = [0u8; 1];

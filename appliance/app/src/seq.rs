@@ -12,7 +12,6 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use kore_engine::snapshot::split_exact;
 use kore_engine::{Sampler, SpecOptions, Speculator, State};
 use kore_grammar::Matcher;
 use kore_service::{EngineError, TokenLogprobs};
@@ -87,10 +86,10 @@ fn pick(sampler: &mut Sampler, m: Option<&mut Matcher>, mask: &mut Vec<u32>, l: 
 
 /// Cuts a prompt of `len` tokens, of which the state has run `start`,
 /// into forward calls: at every multiple of `chunk` and every `wanted`
-/// position in between, except where a call would not compute its tokens
-/// exactly as one long call does ([`split_exact`]: the cut is then left
-/// out). Returns the call ends and the `wanted` ones among them plus `len`
-/// when `wanted` is not empty (the checkpoints).
+/// position in between (any cut computes every token as one long call does,
+/// `kore_engine::snapshot::cuts_exact`). Returns the call ends and the
+/// `wanted` ones among them plus `len` when `wanted` is not empty (the
+/// checkpoints).
 pub(crate) fn plan(
     start: usize,
     len: usize,
@@ -98,20 +97,13 @@ pub(crate) fn plan(
     wanted: &[usize],
 ) -> (Vec<usize>, Vec<usize>) {
     let chunk = chunk.max(1);
-    let mut candidates: Vec<usize> = (start / chunk + 1..)
+    let mut cuts: Vec<usize> = (start / chunk + 1..)
         .map(|k| k * chunk)
         .take_while(|&c| c < len)
         .chain(wanted.iter().copied().filter(|&w| w > start && w < len))
         .collect();
-    candidates.sort_unstable();
-    candidates.dedup();
-    let (mut at, mut cuts) = (start, Vec::new());
-    for c in candidates {
-        if split_exact(at, c - at) && split_exact(c, len - c) {
-            cuts.push(c);
-            at = c;
-        }
-    }
+    cuts.sort_unstable();
+    cuts.dedup();
     cuts.push(len);
     let stops = if wanted.is_empty() {
         Vec::new()
@@ -177,11 +169,11 @@ impl Seq<'_> {
         Ok(at_stop)
     }
 
-    /// Whether the state after the generation equals a prefill of the same
-    /// tokens (decode steps compute as prefill calls do up to a point).
+    /// Whether the state after the generation is worth a checkpoint (it
+    /// equals a prefill of the same tokens: decode steps compute as prefill
+    /// calls do).
     pub(crate) fn end_exact(&self) -> bool {
-        let pos = self.state.position();
-        self.keep_end && pos > self.prompt_len && split_exact(pos - 1, 1)
+        self.keep_end && self.state.position() > self.prompt_len
     }
 
     /// Records tokens produced (already cut to the budget) and whether they end it.
@@ -202,17 +194,16 @@ mod tests {
     use super::plan;
 
     #[test]
-    fn plans_cut_at_chunk_multiples_and_wanted_positions_where_exact() {
+    fn plans_cut_at_chunk_multiples_and_wanted_positions() {
         // Absolute chunk multiples, a boundary, the end.
         assert_eq!(plan(0, 1300, 512, &[700]), (vec![512, 700, 1024, 1300], vec![700, 1300]));
         // From a checkpoint at 600: the next multiple, not 600 + 512.
         assert_eq!(plan(600, 1300, 512, &[]).0, vec![1024, 1300]);
-        // Past 2048 no call of 16 tokens or fewer: 2560 + 10 and the 2555
-        // boundary are left out, the call before runs on.
+        // Short calls anywhere: past 2048 too (a boundary 5 tokens before a
+        // chunk multiple, 10 tokens after it).
         let (cuts, stops) = plan(0, 2570, 512, &[2555, 2570]);
-        assert_eq!(cuts, vec![512, 1024, 1536, 2048, 2570]);
-        assert_eq!(stops, vec![2570]);
-        // Below 2048 short calls are exact.
+        assert_eq!(cuts, vec![512, 1024, 1536, 2048, 2555, 2560, 2570]);
+        assert_eq!(stops, vec![2555, 2570]);
         assert_eq!(plan(0, 530, 512, &[]).0, vec![512, 530]);
         // Without wanted positions there are no checkpoints.
         assert!(plan(0, 100, 512, &[]).1.is_empty());

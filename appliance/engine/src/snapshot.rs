@@ -8,9 +8,10 @@
 //! [`Shape`] is the one sizing function of what a cache holds (bytes per
 //! cached position, per checkpoint); [`file`] is the checkpoint file format
 //! (header, payload, checksum) the disk tier and the guest-to-host transfer
-//! use. [`split_exact`] says where a prompt may be cut into forward calls
-//! without changing a bit of the result, which decides where a cache may
-//! take and resume checkpoints.
+//! use. [`cuts_exact`] says whether a prompt may be cut into forward calls
+//! anywhere (prefill calls of any length and decode steps alike) without
+//! changing a bit of the result, which decides whether a cache may take and
+//! resume checkpoints at all.
 
 use alloc::vec::Vec;
 use core::ops::Range;
@@ -21,18 +22,9 @@ use crate::state::{Kv, KvPrecision, LayerState, State};
 pub mod file;
 pub mod fuzz;
 
-/// Whether a prefill call of `tokens` tokens starting at position `pos0`
-/// computes every one of them exactly (bit for bit) as a call that also
-/// holds tokens before or after it does: true unless the call is short
-/// enough for attention to cut a long context into pieces (at most 16
-/// tokens, contexts beyond 2048 positions). A one-token decode step is such
-/// a call too: decoding matches prefilling up to position 2048.
-pub fn split_exact(pos0: usize, tokens: usize) -> bool {
-    tokens > crate::model::PIECE_TOKENS || pos0 + tokens <= crate::model::PIECE
-}
-
 /// Whether `model`'s kernel configuration makes a prompt's result
-/// independent of how it is cut into calls (given [`split_exact`] calls):
+/// independent of how it is cut into calls, one-token decode steps included
+/// (attention merges 2048-key pieces the same way in every call):
 /// false on the opt-in AMX path (products of 32+ tokens round activations to
 /// bf16) and with the chunked DeltaNet form forced (its chunks start at each
 /// call's first token). A prefix cache keeps and uses nothing then.

@@ -195,8 +195,8 @@ impl Appliance {
                 let (reader, writer) = h.connect().into_split();
                 Ok(Connection { reader: Box::new(reader), writer: Box::new(writer) })
             }
-            Kind::Vm(v) => unix_connection(v.connect()?, v.socket()),
-            Kind::Attached(socket) => unix_connection(vm::connect_service(socket)?, socket),
+            Kind::Vm(v) => unix_connection(v.socket()),
+            Kind::Attached(socket) => unix_connection(socket),
         }
     }
 
@@ -251,15 +251,18 @@ impl Drop for Appliance {
     }
 }
 
-/// Splits a socket into the client's halves; dropping the writer shuts down
-/// the write side (end-of-stream for the service). The reading half is
-/// watched: a long silence makes it probe whether the appliance at `socket`
-/// still answers, and a hung one ends the read with an error ([`watchdog`]).
-fn unix_connection(stream: UnixStream, socket: &Path) -> Result<Connection> {
+/// A new connection to the service behind `socket`, split into the client's
+/// halves; dropping the writer shuts down the write side (end-of-stream for
+/// the service). A busy guest's late handshake is waited for up to the
+/// watchdog's limit ([`watchdog::Watchdog::connect`]); the reading half is
+/// watched: a long silence makes it probe whether the appliance still
+/// answers, and a hung one ends the read with an error ([`watchdog`]).
+fn unix_connection(socket: &Path) -> Result<Connection> {
     let io = |source| LaunchError::Io { path: "vsock socket".into(), source };
+    let watchdog = watchdog::Watchdog::for_socket(socket);
+    let stream = watchdog.connect()?;
     let reader = stream.try_clone().map_err(io)?;
-    let reader =
-        watchdog::WatchedReader::new(reader, watchdog::Watchdog::for_socket(socket)).map_err(io)?;
+    let reader = watchdog::WatchedReader::new(reader, watchdog).map_err(io)?;
     Ok(Connection { reader: Box::new(reader), writer: Box::new(ShutOnDrop(stream)) })
 }
 

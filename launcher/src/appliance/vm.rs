@@ -201,11 +201,6 @@ impl VmAppliance {
         }
     }
 
-    /// A new connection to the service.
-    pub fn connect(&self) -> Result<UnixStream> {
-        connect_service(&self.socket)
-    }
-
     /// The vsock socket path.
     pub fn socket(&self) -> &Path {
         &self.socket

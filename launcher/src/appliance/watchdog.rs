@@ -50,31 +50,36 @@ impl Watchdog {
     /// Ok if the appliance answers `info` within the limit; the hang error if not.
     pub fn check(&self, silent_for: Duration) -> Result<()> {
         let deadline = Instant::now() + self.limit;
-        let hung = |why: &'static str| {
-            let (silent_s, limit_s) = (silent_for.as_secs(), self.limit.as_secs());
-            LaunchError::from(ApplianceError::Hung { silent_s, why, limit_s })
-        };
-        loop {
-            match kore_vmm::vsock::connect(&self.socket, SERVICE_PORT) {
-                Ok(s) => {
-                    return match info_within(s, deadline) {
-                        true => Ok(()),
-                        false => Err(hung("`info` on a new connection got no answer")),
-                    }
-                }
-                // Busy guests accept late: the handshake timed out, so try again until the deadline.
-                Err(ConnectError::Io(e))
-                    if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) =>
-                {
-                    if Instant::now() >= deadline {
-                        return Err(hung("a new connection was not accepted"));
-                    }
-                }
-                Err(e) => {
-                    return Err(ApplianceError::WentAway(e).into());
-                }
-            }
+        let s = self.connect_for(silent_for)?;
+        match info_within(s, deadline) {
+            true => Ok(()),
+            false => Err(self.hung(silent_for, "`info` on a new connection got no answer")),
         }
+    }
+
+    /// A new connection to the service. The guest accepts connections
+    /// between engine steps, so a busy one (a long prefill chunk) answers the
+    /// handshake late: it may take up to the limit, after which the appliance
+    /// counts as hung.
+    pub fn connect(&self) -> Result<UnixStream> {
+        self.connect_for(Duration::ZERO)
+    }
+
+    fn connect_for(&self, silent_for: Duration) -> Result<UnixStream> {
+        match kore_vmm::vsock::connect_within(&self.socket, SERVICE_PORT, self.limit) {
+            Ok(s) => Ok(s),
+            Err(ConnectError::Io(e))
+                if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) =>
+            {
+                Err(self.hung(silent_for, "a new connection was not accepted"))
+            }
+            Err(e) => Err(ApplianceError::WentAway(e).into()),
+        }
+    }
+
+    fn hung(&self, silent_for: Duration, why: &'static str) -> LaunchError {
+        let (silent_s, limit_s) = (silent_for.as_secs(), self.limit.as_secs());
+        LaunchError::from(ApplianceError::Hung { silent_s, why, limit_s })
     }
 }
 
@@ -141,6 +146,15 @@ mod tests {
     /// A fake VMM socket: accepts the `CONNECT` handshake, then answers `info` after
     /// `delay` (or never, with `None`).
     fn fake_appliance(dir: &std::path::Path, delay: Option<Duration>) -> std::path::PathBuf {
+        fake_busy_appliance(dir, Duration::ZERO, delay)
+    }
+
+    /// [`fake_appliance`] whose guest answers the handshake after `busy`.
+    fn fake_busy_appliance(
+        dir: &std::path::Path,
+        busy: Duration,
+        delay: Option<Duration>,
+    ) -> std::path::PathBuf {
         let path = dir.join("v.sock");
         let listener = UnixListener::bind(&path).unwrap();
         std::thread::spawn(move || {
@@ -150,9 +164,14 @@ mod tests {
                 let mut line = String::new();
                 r.read_line(&mut line).unwrap();
                 assert_eq!(line, "CONNECT 1025\n");
-                s.write_all(b"OK 1025\n").unwrap();
+                std::thread::sleep(busy);
+                if s.write_all(b"OK 1025\n").is_err() {
+                    continue;
+                }
                 line.clear();
-                r.read_line(&mut line).unwrap();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    continue; // a connection that asks nothing
+                }
                 assert!(line.contains("\"info\""), "{line}");
                 match delay {
                     Some(d) => {
@@ -172,6 +191,21 @@ mod tests {
         let socket = fake_appliance(dir.path(), Some(Duration::from_millis(700)));
         let w = Watchdog::with_limit(&socket, Duration::from_secs(5));
         w.check(Duration::from_secs(30)).expect("alive");
+    }
+
+    #[test]
+    fn a_busy_guest_that_accepts_late_gets_the_connection() {
+        // The guest accepts between engine steps: a handshake answered after
+        // 1.5 s is a connection when the limit allows it, and a hang when not.
+        let dir = tempfile::tempdir().unwrap();
+        let busy = Duration::from_millis(1500);
+        let socket = fake_busy_appliance(dir.path(), busy, Some(Duration::ZERO));
+        let t = Instant::now();
+        Watchdog::with_limit(&socket, Duration::from_secs(5)).connect().expect("late but alive");
+        assert!(t.elapsed() >= busy, "{:?}", t.elapsed());
+        let short = Watchdog::with_limit(&socket, Duration::from_millis(300));
+        let err = short.connect().unwrap_err().to_string();
+        assert!(err.contains("stopped answering") && err.contains("not accepted"), "{err}");
     }
 
     #[test]

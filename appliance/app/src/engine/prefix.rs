@@ -3,29 +3,23 @@
 //! waiting for a running sequence that is about to checkpoint a longer
 //! shared prefix), where it checkpoints, and keeping checkpoints.
 //!
-//! Exactness: a checkpoint is used only where the rest of the prompt can
-//! be run in calls that compute every token as one long call does
-//! (`kore_engine::snapshot::split_exact`), and only with kernels whose
-//! results do not depend on the cut at all (`snapshot::cuts_exact`); every
-//! prompt is cut by the same rule ([`crate::seq::plan`]), so a state at a
-//! checkpoint is bit for bit the state any other run of those tokens
-//! reaches.
+//! Exactness: checkpoints are kept and used only with kernels whose results
+//! do not depend on how a prompt is cut into calls (`snapshot::cuts_exact`:
+//! prefill calls of any length and decode steps compute every token alike),
+//! and every prompt is cut by the same rule ([`crate::seq::plan`]), so a
+//! state at a checkpoint is bit for bit the state any other run of those
+//! tokens reaches.
 
 use alloc::vec::Vec;
 
+use kore_engine::snapshot;
 use kore_engine::snapshot::file::Identity;
-use kore_engine::snapshot::{self, split_exact};
 use kore_engine::State;
 use kore_service::{GenParams, SeqId};
 
 use super::ModelEngine;
 use crate::cache::{CacheStats, CheckpointStore, PrefixCache, Tier};
 use crate::seq::{plan, Phase, Seq};
-
-/// Whether a checkpoint of `depth` tokens may start a prompt of `len`.
-fn usable(depth: usize, len: usize) -> bool {
-    depth < len && split_exact(depth, len - depth)
-}
 
 /// Puts `s` at position `depth` of `prompt` (its state already there).
 fn place(s: &mut Seq<'_>, prompt: &[u32], depth: usize) {
@@ -153,7 +147,7 @@ impl<'m> ModelEngine<'m> {
     /// than where it is (memory first, then the store); returns its position.
     fn start_from(&mut self, s: &mut Seq<'m>, prompt: &[u32]) -> usize {
         let len = prompt.len();
-        let ok = |d: usize| usable(d, len);
+        let ok = |d: usize| d < len;
         let from = s.ran.len();
         let hit = self.cache.lookup(prompt, &ok).filter(|h| h.depth > from);
         let mem = hit.map_or(from, |h| h.depth);
@@ -198,7 +192,7 @@ impl<'m> ModelEngine<'m> {
             let lcp = r.known_tokens().zip(prompt).take_while(|(a, b)| a == b).count();
             let at = r.ran.len();
             let target = r.stops.iter().copied().filter(|&q| q > at && q > from && q <= lcp);
-            let target = target.filter(|&q| usable(q, len)).max();
+            let target = target.filter(|&q| q < len).max();
             best = best.max(target);
         }
         best

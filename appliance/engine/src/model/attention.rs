@@ -9,7 +9,9 @@
 //! KV head, key piece): long contexts are cut into fixed pieces merged
 //! afterwards, so the cost per step is linear in the context and spread over
 //! every worker. For prefill an item is (tile of tokens, KV head)
-//! ([`tiles`]): each block of keys and values is read once per tile.
+//! ([`tiles`]): each block of keys and values is read once per tile, and
+//! its rows merge the same pieces the same way, so every token's output is
+//! the same bits in a decode step and in a prefill call of any length.
 
 use alloc::format;
 use alloc::vec;
@@ -197,10 +199,12 @@ const BLOCK: usize = 256;
 /// pieces that different workers take and the caller merges, so one token
 /// with two KV heads still keeps every worker busy. The cut depends only on
 /// the token count and context length, never on the pool: results do not
-/// depend on the number of workers.
-pub(crate) const PIECE: usize = 2048;
+/// depend on the number of workers. Prefill tiles end and merge their rows'
+/// softmax at the same boundaries ([`Merged`]), so results do not depend on
+/// the call either.
+const PIECE: usize = 2048;
 /// See [`PIECE`]; longer calls (prefill) take tiles of tokens ([`tiles`]).
-pub(crate) const PIECE_TOKENS: usize = 16;
+const PIECE_TOKENS: usize = 16;
 /// Below this many multiply-adds attention runs on the caller alone.
 const PARALLEL_MIN: usize = 1 << 16;
 
@@ -389,7 +393,8 @@ fn piece<E: KvElem>(
     }
 }
 
-/// Combines the pieces of every (token, KV head) into `attn`, in piece order.
+/// Combines the pieces of every (token, KV head) into `attn`, in piece order
+/// ([`Merged`]).
 fn merge(sh: &Shape, first: &[usize], pm: &[f32], pl: &[f32], po: &[f32], attn: &mut [f32]) {
     let (hd, nq, nkv) = (sh.hd, sh.nq, sh.nkv);
     let g = nq / nkv;
@@ -399,19 +404,48 @@ fn merge(sh: &Shape, first: &[usize], pm: &[f32], pl: &[f32], po: &[f32], attn: 
             let i0 = first[t] + kvh * np;
             for gi in 0..g {
                 let slot = |c: usize| (i0 + c) * g + gi;
-                let mx = (0..np).map(|c| pm[slot(c)]).fold(f32::NEG_INFINITY, f32::max);
                 let dst = &mut attn[(t * nq + kvh * g + gi) * hd..][..hd];
-                dst.fill(0.0);
-                let mut total = 0.0;
-                for c in 0..np {
-                    let w = exp(pm[slot(c)] - mx);
-                    total += w * pl[slot(c)];
-                    let src = &po[slot(c) * hd..][..hd];
-                    dst.iter_mut().zip(src).for_each(|(d, s)| *d += w * s);
+                let piece = |c: usize| (pm[slot(c)], pl[slot(c)], &po[slot(c) * hd..][..hd]);
+                let mut merged = Merged::first(piece(0), dst);
+                for c in 1..np {
+                    merged.fold(piece(c), dst);
                 }
-                let inv = 1.0 / total;
-                dst.iter_mut().for_each(|d| *d *= inv);
+                merged.finish(dst);
             }
         }
+    }
+}
+
+/// The running merge of one query row's pieces, each a partial online
+/// softmax `(max, sum, unnormalised output)` over keys `p * PIECE..`, folded
+/// in piece order into an output row. Decode ([`merge`]) and prefill
+/// ([`tiles`]) both merge with it, so a token's output is the same bits
+/// whichever call computes it, at any context length.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Merged {
+    m: f32,
+    l: f32,
+}
+
+impl Merged {
+    /// Starts from the first piece: its output copied into `dst`.
+    pub(super) fn first((m, l, o): (f32, f32, &[f32]), dst: &mut [f32]) -> Merged {
+        dst.copy_from_slice(o);
+        Merged { m, l }
+    }
+
+    /// Folds the next piece into `dst`.
+    pub(super) fn fold(&mut self, (m, l, o): (f32, f32, &[f32]), dst: &mut [f32]) {
+        let mx = if m > self.m { m } else { self.m };
+        let (a, b) = (exp(self.m - mx), exp(m - mx));
+        self.l = self.l * a + l * b;
+        dst.iter_mut().zip(o).for_each(|(d, s)| *d = *d * a + s * b);
+        self.m = mx;
+    }
+
+    /// Normalises `dst`.
+    pub(super) fn finish(self, dst: &mut [f32]) {
+        let inv = 1.0 / self.l;
+        dst.iter_mut().for_each(|d| *d *= inv);
     }
 }

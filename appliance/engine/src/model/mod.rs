@@ -12,7 +12,6 @@
 //! ```
 
 mod attention;
-pub(crate) use attention::{PIECE, PIECE_TOKENS};
 mod batch;
 mod deltanet;
 mod head;

@@ -8,15 +8,17 @@
 //! A row of a tile takes the softmax of its own keys in each block (exactly
 //! the slice the token-by-token path takes) and weight 0 for the block's
 //! later keys, which adds nothing; a row whose whole context is one block is
-//! normalised before the value sums, as that path does. So a token's output
-//! is bit-for-bit the same whatever tile it is in, and equal to what
-//! `attention::piece` gives it.
+//! normalised before the value sums, as that path does. Past
+//! [`PIECE`] keys a row ends its softmax at each piece boundary and merges the
+//! pieces in order as decode does (`attention::Merged`). So a token's output is
+//! bit-for-bit the same whatever tile it is in, and equal to what decode
+//! (`attention::piece` and `merge`) gives it at any context length.
 
 use alloc::vec;
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{Shape, BLOCK};
+use super::{Merged, Shape, BLOCK, PIECE};
 use crate::kernels::{attn, KvElem};
 use crate::ops::exp;
 use crate::pool::{Parallel, SharedMut};
@@ -51,6 +53,7 @@ pub(super) fn attend_tiles<E: KvElem>(
         let mut sc = vec![0.0f32; rows_max * BLOCK];
         let mut o = vec![0.0f32; rows_max * hd];
         let (mut m, mut l) = (vec![0.0f32; rows_max], vec![0.0f32; rows_max]);
+        let mut merged = vec![Merged { m: f32::NEG_INFINITY, l: 0.0 }; rows_max];
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= items {
@@ -58,6 +61,11 @@ pub(super) fn attend_tiles<E: KvElem>(
             }
             let (tile, kvh) = (i / nkv, i % nkv);
             let t0 = tile * TILE;
+            let row_len = |r: usize| sh.pos0 + t0 + r / g + 1;
+            // SAFETY: (token, head) of row r is this item's alone (its tile's
+            // tokens, its KV head's query heads); each row is borrowed once at a time.
+            let out_row =
+                |r: usize| unsafe { out.slice(((t0 + r / g) * nq + kvh * g + r % g) * hd, hd) };
             let rows = TILE.min(sh.tokens - t0) * g;
             // Row r: token t0 + r / g, head kvh * g + r % g.
             for (r, qs) in q.chunks_exact_mut(hd).take(rows).enumerate() {
@@ -70,11 +78,25 @@ pub(super) fn attend_tiles<E: KvElem>(
             let end = sh.pos0 + t0 + rows / g;
             let mut b0 = 0;
             while b0 < end {
+                if b0 > 0 && b0 % PIECE == 0 {
+                    // Rows going on past b0 end a piece: merged into their output rows.
+                    for r in (0..rows).filter(|&r| row_len(r) > b0) {
+                        let or = &mut o[r * hd..(r + 1) * hd];
+                        let piece = (m[r], l[r], &*or);
+                        if b0 == PIECE {
+                            merged[r] = Merged::first(piece, out_row(r));
+                        } else {
+                            merged[r].fold(piece, out_row(r));
+                        }
+                        (m[r], l[r]) = (f32::NEG_INFINITY, 0.0);
+                        or.fill(0.0);
+                    }
+                }
                 let n = BLOCK.min(end - b0);
                 let off = kvh * hd + b0 * stride;
                 attn::scores(path, &q, rows, hd, &keys[off..], stride, n, &mut sc, BLOCK, scale);
                 for r in 0..rows {
-                    let len = sh.pos0 + t0 + r / g + 1;
+                    let len = row_len(r);
                     let valid = len.saturating_sub(b0).min(n);
                     let row = &mut sc[r * BLOCK..r * BLOCK + n];
                     let (mr, lr, or) = (&mut m[r], &mut l[r], &mut o[r * hd..(r + 1) * hd]);
@@ -86,13 +108,15 @@ pub(super) fn attend_tiles<E: KvElem>(
                 attn::accumulate(path, &sc, BLOCK, rows, hd, &values[off..], stride, n, &mut o);
                 b0 += n;
             }
-            for (r, (os, lr)) in o.chunks_exact(hd).zip(&l).take(rows).enumerate() {
-                let h = (t0 + r / g) * nq + kvh * g + r % g;
-                // SAFETY: (token, head) h is this item's alone: its tile's
-                // tokens and its KV head's query heads.
-                let dst = unsafe { out.slice(h * hd, hd) };
-                let inv = 1.0 / lr;
-                dst.iter_mut().zip(os).for_each(|(d, s)| *d = s * inv);
+            for r in 0..rows {
+                let piece = (m[r], l[r], &o[r * hd..(r + 1) * hd]);
+                let dst = out_row(r);
+                if row_len(r) > PIECE {
+                    merged[r].fold(piece, dst);
+                    merged[r].finish(dst);
+                } else {
+                    Merged::first(piece, dst).finish(dst);
+                }
             }
         }
     };
