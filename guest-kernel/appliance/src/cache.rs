@@ -75,7 +75,10 @@ pub struct Link {
     conn: Option<VConn>,
     outbox: Outbox,
     head: Vec<u8>,
+    /// The frame being read (its whole length, allocated when it starts) and
+    /// how much of it has arrived.
     frame: Vec<u8>,
+    filled: usize,
     want: Option<usize>,
     offered: u64,
     /// The frame going out and how much of it is sent.
@@ -95,6 +98,7 @@ impl Link {
             outbox: Rc::clone(&outbox),
             head: Vec::new(),
             frame: Vec::new(),
+            filled: 0,
             want: None,
             offered: 0,
             sending: None,
@@ -111,6 +115,7 @@ impl Link {
         }
         self.head.clear();
         self.frame = Vec::new();
+        self.filled = 0;
         self.want = None;
         self.sending = None;
         self.handed = false;
@@ -133,11 +138,9 @@ impl Link {
                     }
                     r
                 }
-                Some(len) => {
-                    let at = self.frame.len();
-                    self.frame.resize(len, 0);
-                    let r = dev.sockets.read(v, &mut self.frame[at..]);
-                    self.frame.truncate(at + r.as_ref().map_or(0, |&n| n));
+                Some(_) => {
+                    let r = dev.sockets.read(v, &mut self.frame[self.filled..]);
+                    self.filled += r.as_ref().map_or(0, |&n| n);
                     r
                 }
             };
@@ -172,7 +175,7 @@ impl Link {
                 self.drain = true;
                 return true;
             }
-            if len > MAX_FRAME || self.frame.try_reserve_exact(len as usize).is_err() {
+            if len > MAX_FRAME || !self.start_frame(len as usize) {
                 println!("kore-appliance: prefix cache: frame of {len} bytes refused; link closed");
                 dev.sockets.close(v);
                 self.conn = None;
@@ -180,9 +183,9 @@ impl Link {
             }
             self.want = Some(len as usize);
         }
-        if self.want.is_some_and(|n| self.frame.len() == n) {
+        if self.want.is_some_and(|n| self.filled == n) {
             let file = core::mem::take(&mut self.frame);
-            self.want = None;
+            (self.want, self.filled) = (None, 0);
             match engine.offer_file(&file) {
                 Ok(_) => self.offered += 1,
                 Err(e) => {
@@ -190,6 +193,18 @@ impl Link {
                 }
             }
         }
+        true
+    }
+
+    /// Allocates the next frame's `len` bytes once (reads then fill it in
+    /// place); false when memory for it is short.
+    fn start_frame(&mut self, len: usize) -> bool {
+        let mut frame = Vec::new();
+        if frame.try_reserve_exact(len).is_err() {
+            return false;
+        }
+        frame.resize(len, 0);
+        (self.frame, self.filled) = (frame, 0);
         true
     }
 

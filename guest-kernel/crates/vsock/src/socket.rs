@@ -172,9 +172,11 @@ impl Vsock {
             return Err(Error::WouldBlock);
         }
         let n = buf.len().min(c.rx.len());
-        for (dst, src) in buf.iter_mut().zip(c.rx.drain(..n)) {
-            *dst = src;
-        }
+        let (front, back) = c.rx.as_slices();
+        let k = n.min(front.len());
+        buf[..k].copy_from_slice(&front[..k]);
+        buf[k..n].copy_from_slice(&back[..n - k]);
+        c.rx.drain(..n);
         c.fwd_cnt = c.fwd_cnt.wrapping_add(n as u32);
         // The peer believes our free space is buf_alloc - (rx_cnt - fwd_sent); refresh it once
         // that drops below a quarter of the buffer.
