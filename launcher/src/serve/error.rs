@@ -102,6 +102,11 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "unavailable", message.into())
     }
 
+    /// 500: something the server should never produce (a bug to report).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal", message.into())
+    }
+
     /// The protocol's error `code` with its `message`, mapped to a status:
     /// `prompt_too_long` is 400 `context_length_exceeded` (as OpenAI),
     /// `line_too_long` 413, `overloaded` 503, `internal` 500.

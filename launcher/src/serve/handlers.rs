@@ -26,7 +26,7 @@ use crate::client::Done;
 /// How long a streamed request waits for its first event before the
 /// response starts (the appliance refuses bad requests before any work, so
 /// refusals come within this and get their HTTP status).
-const FIRST_EVENT_WAIT: Duration = Duration::from_millis(400);
+pub(super) const FIRST_EVENT_WAIT: Duration = Duration::from_millis(400);
 /// How long `/health` and `/metrics` wait for the appliance's `info`.
 const INFO_WAIT: Duration = Duration::from_secs(3);
 
@@ -123,7 +123,7 @@ async fn run(
 }
 
 /// Waits for the generation's end.
-async fn collect(relay: &mut Relay) -> Result<Done, ApiError> {
+pub(super) async fn collect(relay: &mut Relay) -> Result<Done, ApiError> {
     loop {
         match relay.next().await {
             Some(Update::Delta(_)) => {}
@@ -144,7 +144,7 @@ fn envelope(s: &AppState, prefix: &str) -> Envelope {
 }
 
 /// A seed for sampled requests that give none: different per request.
-fn random_seed() -> u64 {
+pub(super) fn random_seed() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -213,16 +213,17 @@ pub async fn auth(State(s): Shared, req: Request, next: Next) -> Response {
 }
 
 /// Compares keys in time independent of where they differ.
-fn same_key(a: &str, b: &str) -> bool {
+pub(super) fn same_key(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Counts every answer by path (known paths only, others as `other`) and status.
 pub async fn count(State(s): Shared, req: Request, next: Next) -> Response {
-    const KNOWN: [&str; 8] = [
+    const KNOWN: [&str; 9] = [
         "/v1/models",
         "/v1/chat/completions",
         "/v1/completions",
+        "/v1/messages",
         "/health",
         "/metrics",
         "/",

@@ -1,11 +1,13 @@
 //! `kore-launch serve`: an OpenAI-compatible HTTP server (axum on tokio) in
-//! front of the appliance, plus a web chat at `/`.
+//! front of the appliance, with Anthropic's Messages API at `/v1/messages`
+//! ([`anthropic`]) and a web chat at `/`.
 //!
 //! Each generation gets its own protocol connection ([`relay`]), so
 //! concurrent HTTP requests reach the appliance's scheduler concurrently; a
 //! client that disconnects has its request cancelled. OpenAI's wire types
 //! are in [`wire`], the mapping to and from the protocol in [`mapping`].
 
+mod anthropic;
 mod error;
 mod handlers;
 mod mapping;
@@ -30,6 +32,7 @@ use axum::Router;
 use crate::appliance::Appliance;
 use crate::error::{LaunchError, Result};
 
+pub(crate) use anthropic::{protocol_request as anthropic_request, MessagesRequest};
 pub use mapping::chat_body;
 pub use metrics::Metrics;
 
@@ -91,8 +94,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(handlers::completions))
         .route("/metrics", get(handlers::metrics))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), handlers::auth));
+    let messages = Router::new()
+        .route("/v1/messages", post(anthropic::messages))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), anthropic::auth));
     Router::new()
         .merge(api)
+        .merge(messages)
         .route("/health", get(handlers::health))
         .route("/", get(web::index))
         .route("/chat.js", get(web::script))
