@@ -30,6 +30,9 @@ pub fn request(body: &MessagesRequest, fallback_seed: u64) -> Result<GenerateReq
         Some(0) => return Err(ApiError::bad_param("max_tokens", "`max_tokens` must be >= 1")),
         n => n,
     };
+    if body.messages.is_empty() {
+        return Err(ApiError::bad_param("messages", "`messages` is empty: give a user turn"));
+    }
     let mut messages = Vec::new();
     if let Some(system) = &body.system {
         messages.push(chat_message("system", text_of(system, "system")?));

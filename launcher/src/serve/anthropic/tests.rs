@@ -128,6 +128,7 @@ fn what_cannot_be_served_is_a_400_naming_the_field() {
             "messages",
         ),
         (r#"{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"x"}]}"#.into(), "messages"),
+        (r#"{"model":"m","max_tokens":5,"system":"s","messages":[]}"#.into(), "messages"),
         (format!(r#"{{"model":"m","max_tokens":5,"messages":{user},"output_format":{{"type":"json_schema"}}}}"#), "output_format"),
         (format!(r#"{{"model":"m","max_tokens":5,"messages":{user},"output_config":{{"format":{{"type":"yaml","schema":{{}}}}}}}}"#), "output_config"),
         (format!(r#"{{"model":"m","max_tokens":5,"messages":{user},"output_config":{{"effort":"high"}}}}"#), "output_config.effort"),
