@@ -73,7 +73,10 @@ impl ApiError {
             StatusCode::NOT_FOUND,
             "invalid_request_error",
             "unknown_url",
-            format!("no endpoint {path}; see /v1/models, /v1/chat/completions, /v1/completions"),
+            format!(
+                "no endpoint {path}; see /v1/models, /v1/chat/completions, /v1/completions, \
+                 /v1/messages"
+            ),
         )
     }
 

@@ -124,6 +124,15 @@ async fn refusals_and_keys_answer_in_anthropics_shape() {
             413,
             "request_too_large",
         ),
+        (
+            Request::post("/v1/messages/count_tokens")
+                .header("x-api-key", "sekrit")
+                .body(Body::from(ok.to_string()))
+                .unwrap(),
+            404,
+            "not_found_error",
+        ),
+        (Request::get("/v1/messages").body(Body::empty()).unwrap(), 405, "invalid_request_error"),
     ];
     for (req, status, kind) in cases {
         let (got, text) = call(&app, req).await;

@@ -27,13 +27,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use self::answer::Naming;
-use self::error::AnthropicError;
 use super::error::ApiError;
 use super::handlers::{collect, random_seed, same_key, ApiBody, FIRST_EVENT_WAIT};
 use super::mapping::check_model;
 use super::relay::{Relay, Update};
 use super::AppState;
 
+pub use self::error::AnthropicError;
 pub use self::request::request as protocol_request;
 pub use self::wire::MessagesRequest;
 
