@@ -122,8 +122,8 @@ def test_thinking_comes_back_as_a_thinking_block(client, model):
     {"messages": USER, "tools": [{"type": "web_search_20250305", "name": "web_search"}]},
 ])
 def test_unserved_fields_are_400s_in_anthropics_shape(client, model, extra):
-    body = dict(model=model, max_tokens=4)
-    body["messages"] = extra.pop("messages")
+    extra = dict(extra)  # the parameter is shared by the native and guest runs
+    body = dict(model=model, max_tokens=4, messages=extra.pop("messages"))
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(**body, extra_body=extra)
     assert e.value.body["type"] == "error"
