@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request, State};
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -185,25 +185,6 @@ pub async fn metrics(State(s): Shared) -> Response {
     let info = info(&s).await;
     let text = s.metrics.render(info.as_ref());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
-}
-
-/// Unknown paths: 404 in OpenAI's shape (Anthropic's below `/v1/messages`).
-pub async fn fallback(uri: Uri) -> Response {
-    in_shape_of(uri.path(), ApiError::no_route(uri.path()))
-}
-
-/// Known paths asked with another method: 405 in OpenAI's shape (axum's own has no body;
-/// Anthropic's below `/v1/messages`).
-pub async fn wrong_method(method: axum::http::Method, uri: Uri) -> Response {
-    in_shape_of(uri.path(), ApiError::wrong_method(method.as_str(), uri.path()))
-}
-
-/// `e` in the shape of the API `path` belongs to.
-fn in_shape_of(path: &str, e: ApiError) -> Response {
-    match path.starts_with("/v1/messages") {
-        true => super::anthropic::AnthropicError(e).into_response(),
-        false => e.into_response(),
-    }
 }
 
 /// Requires `Authorization: Bearer KEY` when the server has a key.

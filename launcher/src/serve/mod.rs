@@ -9,6 +9,7 @@
 
 mod anthropic;
 mod error;
+mod fallback;
 mod handlers;
 mod mapping;
 mod metrics;
@@ -104,8 +105,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/", get(web::index))
         .route("/chat.js", get(web::script))
         .route("/chat.css", get(web::style))
-        .fallback(handlers::fallback)
-        .method_not_allowed_fallback(handlers::wrong_method)
+        .fallback(fallback::fallback)
+        .method_not_allowed_fallback(fallback::wrong_method)
         .layer(axum::middleware::from_fn_with_state(state.clone(), handlers::count))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
