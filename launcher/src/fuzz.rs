@@ -1,3 +1,6 @@
+//! The fuzz bodies of `kore-launch serve`: [`anthropic_body`] (an Anthropic Messages body
+//! through its parse and mapping) and [`http_api`], below.
+//!
 //! The fuzz body for the HTTP API of `kore-launch serve`: arbitrary bytes become one HTTP
 //! request, sent through the server's whole router (Bearer check, body limit, JSON parsing,
 //! the OpenAI -> protocol mapping, the relay and SSE streaming) to a kore-service over the
@@ -69,6 +72,21 @@ fn harness() -> &'static Harness {
     })
 }
 
+/// One `POST /v1/messages` body through its parse and mapping: it never panics, and a body
+/// that maps gives a protocol request that passes the protocol's own checks and survives its
+/// JSON line (so the tool list built from the body is valid JSON).
+pub fn anthropic_body(data: &[u8]) {
+    let Ok(body) = serde_json::from_slice::<crate::serve::MessagesRequest>(data) else { return };
+    let Ok(request) = crate::serve::anthropic_request(&body, 7) else { return };
+    if let Err(e) = request.validate() {
+        panic!("a mapped request the protocol refuses ({e}): {request:?}");
+    }
+    let line = serde_json::to_string(&request).expect("a mapped request serializes");
+    let back: kore_protocol::GenerateRequest =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(back, request, "{line}");
+}
+
 /// Runs one case (see the module docs); panics when the server breaks a rule.
 pub fn http_api(data: &[u8]) {
     let h = harness();
@@ -127,10 +145,11 @@ fn check(status: StatusCode, content_type: &str, body: &[u8]) {
     }
     if content_type.starts_with("text/event-stream") {
         let last = text.lines().rev().find_map(|l| l.strip_prefix("data: "));
+        // OpenAI's streams end with [DONE] or an error; Anthropic's with message_stop or error.
         let ended = last == Some("[DONE]")
             || last
                 .and_then(|d| serde_json::from_str::<Value>(d).ok())
-                .is_some_and(|v| v["error"].is_object());
+                .is_some_and(|v| v["error"].is_object() || v["type"] == "message_stop");
         assert!(ended, "a stream that ends without [DONE] or an error: {text}");
     } else if content_type.starts_with("application/json") {
         serde_json::from_slice::<Value>(body)
@@ -152,6 +171,24 @@ mod tests {
             n += 1;
         }
         assert!(n >= 8, "only {n} seeds in {}", dir.display());
+    }
+
+    /// The committed seeds of the `anthropic_body` target, whole and truncated.
+    #[test]
+    fn anthropic_fuzz_body_keeps_its_rules_on_the_seeds() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/anthropic_body");
+        let (mut n, mut mapped) = (0, 0);
+        for entry in std::fs::read_dir(&dir).expect("seed directory") {
+            let seed = std::fs::read(entry.unwrap().path()).unwrap();
+            for cut in (0..=seed.len()).rev().step_by(7) {
+                super::anthropic_body(&seed[..cut]);
+            }
+            let body: crate::serve::MessagesRequest = serde_json::from_slice(&seed).unwrap();
+            mapped += usize::from(crate::serve::anthropic_request(&body, 7).is_ok());
+            n += 1;
+        }
+        // The seeds reach the mapping's end, not only its refusals.
+        assert!(n >= 4 && mapped >= 3, "{mapped} of {n} seeds map ({})", dir.display());
     }
 
     /// Mangled seeds: truncated at every byte of one request, and with bytes flipped.

@@ -115,6 +115,9 @@ pub struct DoneEvent<'a> {
     /// Each generated token's log-probabilities (requests with `logprobs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<Cow<'a, [TokenLogprob]>>,
+    /// The stop string that ended the answer (`finish` is then `stop`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequence: Option<Cow<'a, str>>,
 }
 
 /// `{"code", "message"}` inside an error event.
@@ -338,6 +341,7 @@ mod tests {
                 stats: Cow::Borrowed(&stats),
                 tool_calls: Cow::Borrowed(&[]),
                 logprobs: None,
+                stop_sequence: Some(Cow::Borrowed("\n\n")),
             }),
             Event::Error(ErrorEvent {
                 id: Cow::Borrowed(&Id::NULL),

@@ -90,6 +90,8 @@ pub struct Emitter<D> {
     text: String,
     thinking: String,
     stopped: bool,
+    /// Which of `stop` ended the answer.
+    matched: Option<usize>,
     calls: Option<Calls>,
 }
 
@@ -111,6 +113,7 @@ impl<D: StreamDecode> Emitter<D> {
             text: String::new(),
             thinking: String::new(),
             stopped: false,
+            matched: None,
             calls: None,
         }
     }
@@ -147,6 +150,11 @@ impl<D: StreamDecode> Emitter<D> {
     /// Whether a stop string ended the answer.
     pub fn stopped(&self) -> bool {
         self.stopped
+    }
+
+    /// The stop string that ended the answer, if one did.
+    pub fn stop_match(&self) -> Option<&str> {
+        self.matched.map(|i| self.stop[i].as_str())
     }
 
     /// Adds one generated token; returns true once a stop string matched
@@ -223,11 +231,12 @@ impl<D: StreamDecode> Emitter<D> {
 
     fn answer(&mut self, s: &str, out: &mut Deltas) {
         self.held.push_str(s);
-        if let Some(pos) = self.first_stop_match() {
+        if let Some((pos, which)) = self.first_stop_match() {
             let before = String::from(&self.held[..pos]);
             self.held.clear();
             self.release(&before, out);
             self.stopped = true;
+            self.matched = Some(which);
             return;
         }
         let keep_from = self.stop_prefix_start();
@@ -235,8 +244,13 @@ impl<D: StreamDecode> Emitter<D> {
         self.release(&ready, out);
     }
 
-    fn first_stop_match(&self) -> Option<usize> {
-        self.stop.iter().filter_map(|s| self.held.find(s.as_str())).min()
+    /// The earliest stop match in `held`: its position and which string.
+    fn first_stop_match(&self) -> Option<(usize, usize)> {
+        self.stop
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((self.held.find(s.as_str())?, i)))
+            .min()
     }
 
     /// Start of the longest suffix of `held` that could still grow into a
@@ -330,5 +344,19 @@ mod tests {
         // Multi-byte text next to stop strings.
         let (_, text, _, _) = run(Mode::Raw, &["é!"], &ids("ééé!z"));
         assert_eq!(text, "éé");
+    }
+
+    #[test]
+    fn the_earliest_stop_match_is_reported() {
+        let stop = vec![String::from("ZZ"), String::from("cE"), String::from("none")];
+        let mut e = Emitter::new(FakeDecoder::default(), Mode::Raw, stop);
+        let mut out = Deltas::new();
+        assert_eq!(e.stop_match(), None);
+        for id in ids("abcEZZ") {
+            if e.push(id, &mut out) {
+                break;
+            }
+        }
+        assert_eq!((e.text(), e.stop_match()), ("ab", Some("cE")));
     }
 }

@@ -329,6 +329,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
                     stats: Cow::Borrowed(&stats),
                     tool_calls: Cow::Borrowed(&[]),
                     logprobs: None,
+                    stop_sequence: None,
                 };
                 self.send(conn, &done);
                 self.release(conn, &job.key);
@@ -540,6 +541,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             stats: Cow::Borrowed(&stats),
             tool_calls: Cow::Borrowed(a.emitter.calls()),
             logprobs: a.logprobs.as_deref().map(Cow::Borrowed),
+            stop_sequence: a.emitter.stop_match().map(Cow::Borrowed),
         };
         self.send(a.conn, &done);
         self.release(a.conn, &a.key);

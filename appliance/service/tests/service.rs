@@ -100,6 +100,7 @@ fn chat_streams_thinking_then_answer_with_stats() {
     let done = evs.last().unwrap();
     assert_eq!(done["id"], "a");
     assert_eq!(done["finish"], "stop");
+    assert!(done.get("stop_sequence").is_none(), "a stop token, not a string: {done}");
     assert_eq!(done["text"], "Hello there");
     assert_eq!(done["thinking"], "Let me think.");
     let ids: Vec<u32> = serde_json::from_value(done["token_ids"].clone()).unwrap();
@@ -196,11 +197,12 @@ fn max_tokens_mtp_and_stop_strings() {
     assert_eq!(done["stats"]["tokens_per_step"], 3.0);
     assert_eq!(svc.engine().started[1].1.mtp, Some(2));
     // A stop string ends the answer; its text is never streamed.
-    send(&mut svc, c, &json!({"id":3,"prompt":"x","stop":["de"],"max_tokens":9}));
+    send(&mut svc, c, &json!({"id":3,"prompt":"x","stop":["zz","de"],"max_tokens":9}));
     drain(&mut svc);
     let evs = events(&mut svc, c);
     let done = done_of(&evs, &json!(3));
     assert_eq!((done["finish"].as_str(), done["text"].as_str()), (Some("stop"), Some("abc")));
+    assert_eq!(done["stop_sequence"], "de");
     let streamed: String = evs.iter().filter_map(|e| e["delta"].as_str()).collect();
     assert_eq!(streamed, "abc");
 }

@@ -73,7 +73,10 @@ impl ApiError {
             StatusCode::NOT_FOUND,
             "invalid_request_error",
             "unknown_url",
-            format!("no endpoint {path}; see /v1/models, /v1/chat/completions, /v1/completions"),
+            format!(
+                "no endpoint {path}; see /v1/models, /v1/chat/completions, /v1/completions, \
+                 /v1/messages"
+            ),
         )
     }
 
@@ -100,6 +103,11 @@ impl ApiError {
     /// 503: the appliance cannot be reached or stopped answering.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "unavailable", message.into())
+    }
+
+    /// 500: something the server should never produce (a bug to report).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal", message.into())
     }
 
     /// The protocol's error `code` with its `message`, mapped to a status:

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request, State};
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -26,7 +26,7 @@ use crate::client::Done;
 /// How long a streamed request waits for its first event before the
 /// response starts (the appliance refuses bad requests before any work, so
 /// refusals come within this and get their HTTP status).
-const FIRST_EVENT_WAIT: Duration = Duration::from_millis(400);
+pub(super) const FIRST_EVENT_WAIT: Duration = Duration::from_millis(400);
 /// How long `/health` and `/metrics` wait for the appliance's `info`.
 const INFO_WAIT: Duration = Duration::from_secs(3);
 
@@ -123,7 +123,7 @@ async fn run(
 }
 
 /// Waits for the generation's end.
-async fn collect(relay: &mut Relay) -> Result<Done, ApiError> {
+pub(super) async fn collect(relay: &mut Relay) -> Result<Done, ApiError> {
     loop {
         match relay.next().await {
             Some(Update::Delta(_)) => {}
@@ -144,7 +144,7 @@ fn envelope(s: &AppState, prefix: &str) -> Envelope {
 }
 
 /// A seed for sampled requests that give none: different per request.
-fn random_seed() -> u64 {
+pub(super) fn random_seed() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -187,16 +187,6 @@ pub async fn metrics(State(s): Shared) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
-/// Unknown paths: 404 in OpenAI's shape.
-pub async fn fallback(uri: Uri) -> ApiError {
-    ApiError::no_route(uri.path())
-}
-
-/// Known paths asked with another method: 405 in OpenAI's shape (axum's own has no body).
-pub async fn wrong_method(method: axum::http::Method, uri: Uri) -> ApiError {
-    ApiError::wrong_method(method.as_str(), uri.path())
-}
-
 /// Requires `Authorization: Bearer KEY` when the server has a key.
 pub async fn auth(State(s): Shared, req: Request, next: Next) -> Response {
     if let Some(key) = &s.api_key {
@@ -213,16 +203,17 @@ pub async fn auth(State(s): Shared, req: Request, next: Next) -> Response {
 }
 
 /// Compares keys in time independent of where they differ.
-fn same_key(a: &str, b: &str) -> bool {
+pub(super) fn same_key(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Counts every answer by path (known paths only, others as `other`) and status.
 pub async fn count(State(s): Shared, req: Request, next: Next) -> Response {
-    const KNOWN: [&str; 8] = [
+    const KNOWN: [&str; 9] = [
         "/v1/models",
         "/v1/chat/completions",
         "/v1/completions",
+        "/v1/messages",
         "/health",
         "/metrics",
         "/",

@@ -524,6 +524,7 @@ mod tests {
             stats: Cow::Owned(stats),
             tool_calls: Cow::Owned(Vec::new()),
             logprobs: None,
+            stop_sequence: None,
         };
         let a = serde_json::to_value(chat_answer(&env, &done)).unwrap();
         assert_eq!(a["object"], "chat.completion");
@@ -578,6 +579,7 @@ mod call_tests {
             stats: Cow::Owned(Stats::default()),
             tool_calls: Cow::Owned(vec![call]),
             logprobs: Some(Cow::Owned(vec![lp])),
+            stop_sequence: None,
         };
         let a = serde_json::to_value(chat_answer(&env, &done)).unwrap();
         let c = &a["choices"][0];

@@ -247,6 +247,7 @@ mod tests {
             stats: Cow::Owned(stats),
             tool_calls: Cow::Owned(Vec::new()),
             logprobs: None,
+            stop_sequence: None,
         };
         m.record_done(&done);
         let _guard = m.start();

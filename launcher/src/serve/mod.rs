@@ -1,12 +1,15 @@
 //! `kore-launch serve`: an OpenAI-compatible HTTP server (axum on tokio) in
-//! front of the appliance, plus a web chat at `/`.
+//! front of the appliance, with Anthropic's Messages API at `/v1/messages`
+//! ([`anthropic`]) and a web chat at `/`.
 //!
 //! Each generation gets its own protocol connection ([`relay`]), so
 //! concurrent HTTP requests reach the appliance's scheduler concurrently; a
 //! client that disconnects has its request cancelled. OpenAI's wire types
 //! are in [`wire`], the mapping to and from the protocol in [`mapping`].
 
+mod anthropic;
 mod error;
+mod fallback;
 mod handlers;
 mod mapping;
 mod metrics;
@@ -30,6 +33,7 @@ use axum::Router;
 use crate::appliance::Appliance;
 use crate::error::{LaunchError, Result};
 
+pub(crate) use anthropic::{protocol_request as anthropic_request, MessagesRequest};
 pub use mapping::chat_body;
 pub use metrics::Metrics;
 
@@ -91,14 +95,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(handlers::completions))
         .route("/metrics", get(handlers::metrics))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), handlers::auth));
+    let messages = Router::new()
+        .route("/v1/messages", post(anthropic::messages))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), anthropic::auth));
     Router::new()
         .merge(api)
+        .merge(messages)
         .route("/health", get(handlers::health))
         .route("/", get(web::index))
         .route("/chat.js", get(web::script))
         .route("/chat.css", get(web::style))
-        .fallback(handlers::fallback)
-        .method_not_allowed_fallback(handlers::wrong_method)
+        .fallback(fallback::fallback)
+        .method_not_allowed_fallback(fallback::wrong_method)
         .layer(axum::middleware::from_fn_with_state(state.clone(), handlers::count))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)

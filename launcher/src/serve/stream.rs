@@ -233,6 +233,7 @@ mod tests {
             stats: Cow::Owned(stats),
             tool_calls: Cow::Owned(Vec::new()),
             logprobs: None,
+            stop_sequence: None,
         }
     }
 
