@@ -27,8 +27,12 @@ class Serve:
         cmd = [BIN, "-v", "serve", "--model", str(pack), "--port", "0", *extra]
         if native:
             cmd.insert(3, "--native")
+        # Guest RAM on hugepages as the product runs it (serve warns and uses ordinary pages
+        # when the pool is short: reserve them first, `kore-launch setup`): on ordinary pages
+        # every first touch of guest memory faults in the host, which made the boot's
+        # checkpoint hand-over 2-3x slower (docs/benchmarks.md, prefix cache).
         env = dict(os.environ, XDG_CACHE_HOME=str(cache_dir), KORE_VCPUS=str(vcpus),
-                   KORE_CONTEXT=str(context), KORE_HUGEPAGE_SIZE="off",
+                   KORE_CONTEXT=str(context),
                    KORE_RUNTIME_DIR=str(pathlib.Path(cache_dir) / "rt"))
         if native:
             env["RAYON_NUM_THREADS"] = str(vcpus)

@@ -423,24 +423,17 @@ impl DiskTier {
         self.find(prompt, deeper_than, usable).map(|(bytes, _)| bytes)
     }
 
-    /// The most recently used files whose sizes add up to at most `budget`
-    /// bytes, least recent first (for a guest's memory tier at boot: what
-    /// it takes last stays longest).
+    /// The files for a guest's memory tier at boot, sizes adding up to at
+    /// most `budget` bytes, in the order to hand them over (what the guest
+    /// takes last stays longest). The checkpoints where conversations part
+    /// come first (a system prompt's end that two questions share), then
+    /// the rest, most recently used first. So a restarted guest keeps the
+    /// point where a new question can start even when the newest files, each
+    /// a whole copy of its prefix, would fill the budget alone.
     pub fn newest(&self, budget: u64) -> Vec<PathBuf> {
         let ix = lock(&self.index);
-        let mut by_use: Vec<&Entry> = ix.entries.iter().collect();
-        by_use.sort_by_key(|e| std::cmp::Reverse(e.used));
-        let mut total = 0u64;
-        let mut out: Vec<PathBuf> = by_use
-            .into_iter()
-            .take_while(|e| {
-                total += e.bytes;
-                total <= budget
-            })
-            .map(|e| e.path.clone())
-            .collect();
-        out.reverse();
-        out
+        let taken = hand_over(&ix.entries, budget);
+        taken.iter().rev().map(|e| e.path.clone()).collect()
     }
 
     /// The file at `path` (one of [`Self::newest`]), read and checked whole;
@@ -618,4 +611,64 @@ fn checkpoint_files(pack_dir: &Path) -> io::Result<Vec<PathBuf>> {
         }
     }
     Ok(out)
+}
+
+/// [`DiskTier::newest`]'s choice, most wanted first: the divergence
+/// checkpoints ([`divergences`]), deepest first, then the rest, most
+/// recently used first, while they fit `budget`.
+fn hand_over(entries: &[Entry], budget: u64) -> Vec<&Entry> {
+    let mut recent: Vec<&Entry> = entries.iter().collect();
+    recent.sort_by_key(|e| std::cmp::Reverse(e.used));
+    recent.truncate(DIVERGENCE_FILES);
+    let mut wanted = divergences(&recent);
+    wanted.sort_by_key(|f| std::cmp::Reverse(f.tokens.len()));
+    let mut recent: Vec<&Entry> = entries.iter().collect();
+    recent.sort_by_key(|e| std::cmp::Reverse(e.used));
+    let (mut total, mut taken) = (0u64, Vec::<&Entry>::new());
+    for e in wanted.into_iter().chain(recent) {
+        if total + e.bytes <= budget && !taken.iter().any(|t| core::ptr::eq(*t, e)) {
+            total += e.bytes;
+            taken.push(e);
+        }
+    }
+    taken
+}
+
+/// How many of the most recent files [`divergences`] compares pairwise.
+const DIVERGENCE_FILES: usize = 256;
+
+/// The checkpoints where conversations part: for every two files neither
+/// of which extends the other (two questions behind one system prompt, two
+/// branches of a chat), the deepest file that is a prefix of both.
+fn divergences<'e>(files: &[&'e Entry]) -> Vec<&'e Entry> {
+    let prefix = |f: &Entry, a: &Entry| a.tokens.starts_with(&f.tokens);
+    // Each file's proper prefixes among the files, deepest first.
+    let ancestors: Vec<Vec<usize>> = files
+        .iter()
+        .map(|a| {
+            let mut v: Vec<usize> = (0..files.len())
+                .filter(|&i| files[i].tokens.len() < a.tokens.len() && prefix(files[i], a))
+                .collect();
+            v.sort_by_key(|&i| std::cmp::Reverse(files[i].tokens.len()));
+            v
+        })
+        .collect();
+    let mut found = vec![false; files.len()];
+    for (i, a) in files.iter().enumerate() {
+        for b in &files[i + 1..] {
+            if prefix(a, b) || prefix(b, a) {
+                continue;
+            }
+            let shared = common_prefix(&a.tokens, &b.tokens);
+            if let Some(&f) = ancestors[i].iter().find(|&&f| files[f].tokens.len() <= shared) {
+                found[f] = true;
+            }
+        }
+    }
+    files.iter().zip(found).filter(|(_, f)| *f).map(|(e, _)| *e).collect()
+}
+
+/// The length of the longest common prefix of `a` and `b`.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

@@ -143,6 +143,44 @@ fn a_new_engine_finds_the_checkpoints_on_disk() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// What a restarted guest gets when the newest files alone would fill its
+/// budget: the checkpoint where conversations diverge (the system turn's
+/// end, a prefix of every other file) is handed over, so a new question
+/// behind the same system prompt starts from it.
+#[test]
+fn the_shared_checkpoint_is_handed_over_before_newer_whole_conversations() {
+    let hf = HfModelDir::open(&tiny_dir()).unwrap();
+    let model = hf.model().unwrap();
+    let root = scratch("divergence");
+    let (mut svc, handles) = service(&model, Some(&root), 7, 1 << 30);
+    for q in ["Who art thou?", "What news from Padua?", "Where is the king?"] {
+        ask(&mut svc, &chat(q));
+    }
+    handles.unwrap().1.flush();
+    drop(svc);
+    let host = DiskTier::open(&root, identity(&model, 7), 1 << 30).unwrap();
+    let all = host.newest(1 << 30);
+    let size = |p: &PathBuf| std::fs::metadata(p).unwrap().len();
+    // Room for the two largest files: fewer than every file.
+    let mut sizes: Vec<u64> = all.iter().map(size).collect();
+    sizes.sort_unstable();
+    let budget = sizes[sizes.len() - 1] + sizes[sizes.len() - 2];
+    let chosen = host.newest(budget);
+    assert!(chosen.len() < all.len(), "{chosen:?} of {all:?}");
+    let empty = scratch("divergence-guest");
+    let (mut guest, _) = service(&model, Some(&empty), 7, 1 << 30);
+    for p in &chosen {
+        guest.engine_mut().offer(&host.read_checked(p).unwrap()).unwrap();
+    }
+    let (mut uncached, _) = service(&model, None, 7, 0);
+    let req = chat("Whither goest thou?");
+    let a = ask(&mut guest, &req);
+    assert_eq!(a["token_ids"], ask(&mut uncached, &req)["token_ids"]);
+    assert!(cached(&a) > 100, "the system turn was not handed over: {a}");
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(&empty);
+}
+
 /// The guest's path (no disk): the host reads the newest files and the
 /// guest's engine takes them with `offer`; what the guest persists comes
 /// back as bytes the host keeps with `persist_bytes`. Answers are the

@@ -1,7 +1,8 @@
 //! The host's end of the guest's prefix-cache link (vsock port 1026; the
 //! guest's end is guest-kernel/appliance/src/cache.rs, the design is in
 //! docs/architecture.md, "Prefix cache"). The guest has no disk: after boot
-//! the host hands it the pack's most recently used checkpoint files (up to
+//! the host hands it the pack's checkpoint files that matter most
+//! (`DiskTier::newest`: where conversations part, then the most recent; up to
 //! the guest's memory-tier budget), waits for its acknowledgement, then keeps
 //! every checkpoint file the guest sends in the disk tier under
 //! `$XDG_CACHE_HOME/kore/...`, as the native engine would.
@@ -134,7 +135,7 @@ impl Progress {
     }
 }
 
-/// Sends the newest files (least recent first), the end frame, and waits
+/// Sends the chosen files (least wanted first), the end frame, and waits
 /// for the guest's acknowledgement.
 fn hand_over(conn: &mut UnixStream, tier: &DiskTier, memory: u64) -> std::io::Result<()> {
     let started = Instant::now();
