@@ -75,9 +75,11 @@ pub fn stop_ids(
 /// The engine serving `model` as `settings` say, stopping at [`stop_ids`].
 pub fn engine<'m>(
     model: &'m Model<'m>,
-    tokenizer: Option<&Tokenizer>,
+    tokenizer: Option<&Arc<Tokenizer>>,
     settings: &Settings,
 ) -> ModelEngine<'m> {
+    let shared = tokenizer;
+    let tokenizer = shared.map(|t| &**t);
     let mut eos = model.config.eos_token_ids.clone();
     eos.extend(&settings.extra_eos_ids);
     let stops = stop_ids(tokenizer, &eos, settings.eos_token.as_deref(), model.config.vocab_size);
@@ -100,10 +102,9 @@ pub fn engine<'m>(
         engine = engine.with_bench_alloc(alloc);
     }
     // Constrained decoding (tools, response_format) masks over the
-    // tokenizer's vocabulary: built once per placement.
-    if let Some(t) = tokenizer {
-        let vocab = crate::grammar_vocab(t, model.config.vocab_size);
-        engine = engine.with_grammar_vocab(Arc::new(vocab));
+    // tokenizer's vocabulary: built by the first constrained request.
+    if let Some(t) = shared {
+        engine = engine.with_grammar_tokenizer(Arc::clone(t), model.config.vocab_size);
     }
     engine
 }
@@ -118,7 +119,7 @@ pub fn service<'m, K: Clock>(
     clock: K,
     store: Option<Store<'m>>,
 ) -> Service<ModelEngine<'m>, TokenizerCodec, K> {
-    let mut engine = engine(model, tokenizer.as_deref(), settings);
+    let mut engine = engine(model, tokenizer.as_ref(), settings);
     if let Some(s) = store {
         engine = engine.with_store(s.store, s.pack);
     }

@@ -87,8 +87,31 @@ pub struct ModelEngine<'m> {
     context_limit: u32,
     default_mtp: u32,
     bench: bench::Setup,
-    /// The vocabulary constrained decoding masks (`with_grammar_vocab`).
-    vocab: Option<Arc<Vocab>>,
+    /// The vocabulary constrained decoding masks over.
+    vocab: Option<GrammarVocab>,
+}
+
+/// Where constrained decoding's vocabulary comes from: given whole
+/// ([`ModelEngine::with_grammar_vocab`]), or built from the tokenizer by the
+/// first constrained request ([`ModelEngine::with_grammar_tokenizer`]): the
+/// tables take 0.4-0.5 s that a start serving no constrained request never
+/// spends.
+enum GrammarVocab {
+    Built(Arc<Vocab>),
+    Later(Arc<kore_tokenizer::Tokenizer>, usize),
+}
+
+impl GrammarVocab {
+    /// The vocabulary, built now if it was not.
+    fn get(&mut self) -> Arc<Vocab> {
+        if let GrammarVocab::Later(t, size) = self {
+            *self = GrammarVocab::Built(Arc::new(crate::grammar_vocab(t, *size)));
+        }
+        match self {
+            GrammarVocab::Built(v) => Arc::clone(v),
+            GrammarVocab::Later(..) => unreachable!("built just above"),
+        }
+    }
 }
 
 impl fmt::Debug for ModelEngine<'_> {
@@ -195,14 +218,30 @@ impl<'m> ModelEngine<'m> {
     /// ([`crate::grammar_vocab`] of the served tokenizer); without it such
     /// requests are refused as unsupported.
     pub fn with_grammar_vocab(mut self, vocab: Arc<Vocab>) -> Self {
-        self.vocab = Some(vocab);
+        self.vocab = Some(GrammarVocab::Built(vocab));
         self
     }
 
+    /// As [`Self::with_grammar_vocab`], the vocabulary of `tokenizer` for
+    /// `vocab_size` ids built by the first constrained request.
+    pub fn with_grammar_tokenizer(
+        mut self,
+        tokenizer: Arc<kore_tokenizer::Tokenizer>,
+        vocab_size: usize,
+    ) -> Self {
+        self.vocab = Some(GrammarVocab::Later(tokenizer, vocab_size));
+        self
+    }
+
+    /// Whether the constrained-decoding vocabulary has been built.
+    pub fn grammar_vocab_built(&self) -> bool {
+        matches!(self.vocab, Some(GrammarVocab::Built(_)))
+    }
+
     /// The constraint's matcher for a request, if it has one.
-    fn matcher(&self, params: &GenParams) -> Result<Option<Matcher>, EngineError> {
+    fn matcher(&mut self, params: &GenParams) -> Result<Option<Matcher>, EngineError> {
         let Some(g) = &params.constraint else { return Ok(None) };
-        let v = self.vocab.clone().ok_or_else(|| {
+        let v = self.vocab.as_mut().map(GrammarVocab::get).ok_or_else(|| {
             EngineError::Unsupported(String::from(
                 "this engine has no vocabulary for constrained decoding (ModelEngine::with_grammar_vocab)",
             ))

@@ -275,3 +275,28 @@ fn stop_waits_for_completion_and_logprobs_are_the_log_softmax() {
     let params = GenParams { constraint: params.constraint.clone(), ..GenParams::default() };
     assert!(bare.start(1, &prompt, &params).is_err());
 }
+
+#[test]
+fn the_vocabulary_is_built_by_the_first_constrained_request() {
+    let pack = random_pack("lazy");
+    let model = pack.model().unwrap();
+    let tok = Arc::new(tiny_tokenizer());
+    let stops = stop_ids(Some(&*tok), &model.config.eos_token_ids, None, model.config.vocab_size);
+    let f = Fixture { tok: tok.clone(), stops: stops.clone() };
+    let mut lazy = ModelEngine::new(&model, "random", stops)
+        .with_grammar_tokenizer(tok.clone(), model.config.vocab_size);
+    assert!(!lazy.grammar_vocab_built());
+    let prompt = tok.encode("JSON:");
+    let plain = GenParams { max_tokens: 8, ..GenParams::default() };
+    run(&mut lazy, &[(prompt.clone(), plain)], 1);
+    assert!(!lazy.grammar_vocab_built(), "a plain request built the vocabulary");
+    let g = Arc::new(
+        Grammar::json_schema(&GValue::parse(SCHEMAS[1]).unwrap(), Options::default()).unwrap(),
+    );
+    let params = GenParams { max_tokens: 300, constraint: Some(g), ..GenParams::default() };
+    let job = [(prompt, params)];
+    let got = run(&mut lazy, &job, 1);
+    assert!(lazy.grammar_vocab_built());
+    // The same answer as an engine given the vocabulary up front.
+    assert_eq!(got, run(&mut engine(&model, &f, 1), &job, 1));
+}
