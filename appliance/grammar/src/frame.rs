@@ -459,10 +459,22 @@ fn value(g: &Grammar, t: &mut Thread, sym: Sym) -> R {
     R::Retry
 }
 
-/// Counts one whitespace byte of a gap; false past the limit.
-fn gap(g: &Grammar, f: &mut Frame) -> bool {
-    f.ws += 1;
-    f.ws <= g.options.max_ws
+/// Counts whitespace byte `c` of a gap between JSON tokens: at most
+/// `max_ws` bytes, of which one line feed (indentation after one line
+/// break, as llama.cpp's JSON grammar allows); false past that, so a model
+/// cannot spend its answer on blank lines. The frame's `ws` keeps the count
+/// and, in its top bit, whether the gap had its line feed.
+fn gap(g: &Grammar, f: &mut Frame, c: u8) -> bool {
+    const LINE: u8 = 0x80;
+    if c == b'\n' {
+        if f.ws & LINE != 0 {
+            return false;
+        }
+        f.ws |= LINE;
+    }
+    let n = (f.ws & !LINE) + 1;
+    f.ws = (f.ws & LINE) | n;
+    n <= g.options.max_ws.min(!LINE)
 }
 
 fn object(g: &Grammar, t: &mut Thread, sym: Sym) -> R {
@@ -477,7 +489,7 @@ fn object(g: &Grammar, t: &mut Thread, sym: Sym) -> R {
     match f.st {
         obj::OPEN if c == b'{' => fm.st = obj::FIRST,
         obj::FIRST | obj::KEY | obj::COLON | obj::VAL | obj::AFTER if is_ws(c) => {
-            return if gap(g, fm) { R::Done } else { R::Reject }
+            return if gap(g, fm, c) { R::Done } else { R::Reject }
         }
         obj::FIRST | obj::KEY if c == b'"' && key_possible => {
             fm.st = obj::COLON;
@@ -568,7 +580,7 @@ fn array(g: &Grammar, t: &mut Thread, sym: Sym) -> R {
     match f.st {
         arr::OPEN if c == b'[' => fm.st = arr::FIRST,
         arr::FIRST | arr::AFTER | arr::NEXT if is_ws(c) => {
-            return if gap(g, fm) { R::Done } else { R::Reject }
+            return if gap(g, fm, c) { R::Done } else { R::Reject }
         }
         arr::FIRST if c == b']' && min == 0 => {
             t.pop_done(g, 0);
@@ -769,6 +781,7 @@ fn root_frame(g: &Grammar, t: &mut Thread, sym: Sym) -> R {
         (_, root::LEAD, Sym::Byte(c))
             if is_ws(c) && !matches!(&g.body, Body::Tools(tg) if tg.choice == ToolChoice::Auto) =>
         {
+            // Any whitespace up to the limit: after `</think>` a model writes a blank line.
             fm.ws += 1;
             if fm.ws <= g.options.max_ws.max(2) {
                 R::Done

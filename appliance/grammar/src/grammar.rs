@@ -14,8 +14,10 @@ use crate::GrammarError;
 /// Index of a [`Node`].
 pub type NodeId = u32;
 
-/// Whitespace bytes allowed in one gap between JSON tokens by default.
-pub const DEFAULT_MAX_WS: u8 = 32;
+/// Whitespace bytes allowed in one gap between JSON tokens by default: one
+/// line feed and indentation, as llama.cpp's JSON grammar allows (`\n` then
+/// up to 20 spaces or tabs).
+pub const DEFAULT_MAX_WS: u8 = 21;
 
 /// One JSON value shape.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,7 +109,8 @@ pub struct Options {
     /// The output starts with free reasoning that ends at the `</think>`
     /// token (a chat with thinking on); the constraint applies after it.
     pub think: bool,
-    /// Whitespace bytes allowed in each gap between JSON tokens (0: compact).
+    /// Whitespace bytes allowed in each gap between JSON tokens (0: compact),
+    /// of which at most one line feed.
     pub max_ws: u8,
     /// Ignore the JSON Schema keywords that are not enforced instead of
     /// refusing the schema (their names are in [`Grammar::ignored`]).

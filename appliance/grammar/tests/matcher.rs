@@ -28,6 +28,21 @@ fn objects_follow_properties_required_and_order() {
 }
 
 #[test]
+fn a_gap_holds_one_line_feed_and_twenty_indent_bytes() {
+    let g = schema(
+        r#"{"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}}}"#,
+    );
+    let pretty = "{\n    \"a\": [\n        1,\n        2\n    ]\n}";
+    assert!(accepts(&g, pretty));
+    assert!(accepts(&g, "{\r\n\t\"a\" :\t[ 1 ,2 ]\r\n}"), "CRLF, tabs");
+    assert!(accepts(&g, &format!("{{\n{}\"a\":[]}}", " ".repeat(20))));
+    assert!(!accepts(&g, &format!("{{\n{}\"a\":[]}}", " ".repeat(21))), "22 bytes");
+    assert!(!accepts(&g, "{\n\n\"a\":[]}"), "a blank line");
+    assert!(!accepts(&g, "{\"a\":[1,\n \n2]}"), "two line feeds in one gap");
+    assert!(accepts(&g, "{\"a\":[1,\n2,\n3]}"), "one per gap, in every gap");
+}
+
+#[test]
 fn additional_properties_come_after_declared_ones_and_never_repeat_them() {
     let g = schema(
         r#"{"type":"object","properties":{"id":{"type":"integer"}},"additionalProperties":{"type":"number"}}"#,
