@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -100,12 +100,7 @@ async fn run(
     options: &Options,
 ) -> Result<Response, ApiError> {
     let in_flight = s.metrics.start();
-    let state = s.clone();
-    let mut relay = tokio::task::spawn_blocking(move || {
-        Relay::start(&state.appliance, protocol, state.metrics.clone())
-    })
-    .await
-    .map_err(|e| ApiError::unavailable(format!("relay task failed: {e}")))??;
+    let mut relay = start_relay(&s, protocol).await?;
     if options.stream != Some(true) {
         let done = collect(&mut relay).await?;
         return Ok(match kind {
@@ -120,6 +115,20 @@ async fn run(
     let include_usage = options.stream_options.as_ref().is_some_and(|o| o.include_usage);
     let plan = stream::Plan { env, kind, include_usage };
     Ok(stream::sse(relay, first, plan, in_flight).into_response())
+}
+
+/// Sends `protocol` to the appliance on a connection of its own (opened
+/// off the async threads: a busy guest may accept it late).
+pub(super) async fn start_relay(
+    s: &Arc<AppState>,
+    protocol: GenerateRequest,
+) -> Result<Relay, ApiError> {
+    let state = s.clone();
+    tokio::task::spawn_blocking(move || {
+        Relay::start(&state.appliance, protocol, state.metrics.clone())
+    })
+    .await
+    .map_err(|e| ApiError::unavailable(format!("relay task failed: {e}")))?
 }
 
 /// Waits for the generation's end.
@@ -189,17 +198,20 @@ pub async fn metrics(State(s): Shared) -> Response {
 
 /// Requires `Authorization: Bearer KEY` when the server has a key.
 pub async fn auth(State(s): Shared, req: Request, next: Next) -> Response {
-    if let Some(key) = &s.api_key {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !given.is_some_and(|g| same_key(g.trim(), key)) {
-            return ApiError::unauthorized().into_response();
-        }
+    if !key_accepted(&s, req.headers(), None) {
+        return ApiError::unauthorized().into_response();
     }
     next.run(req).await
+}
+
+/// Whether the request may pass: the server has no key, or it came as
+/// `Authorization: Bearer KEY` (or in the `also` header, e.g. `x-api-key`).
+pub(super) fn key_accepted(s: &AppState, headers: &HeaderMap, also: Option<&str>) -> bool {
+    let Some(key) = &s.api_key else { return true };
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let bearer = text(header::AUTHORIZATION.as_str()).and_then(|v| v.strip_prefix("Bearer "));
+    let other = also.and_then(text);
+    [bearer, other].into_iter().flatten().any(|g| same_key(g.trim(), key))
 }
 
 /// Compares keys in time independent of where they differ.

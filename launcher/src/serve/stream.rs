@@ -44,44 +44,69 @@ pub struct Plan {
     pub include_usage: bool,
 }
 
-/// The SSE response for `relay` (`first`: an update already taken from it).
-pub fn sse(
+/// What turns a relay's updates into server-sent events: OpenAI's chunks
+/// ([`Chunks`]) or Anthropic's events (`anthropic::stream`).
+pub trait Events: Send + 'static {
+    /// The events for one update (`None`: the relay ended without one).
+    fn events(&mut self, update: Option<Update>) -> Vec<Event>;
+    /// Whether the last event has been given.
+    fn ended(&self) -> bool;
+}
+
+/// The SSE response for `relay` (`first`: an update already taken from it),
+/// its updates turned into events by `events`; `in_flight` counts it until
+/// the stream is dropped.
+pub fn pump<E: Events>(
     relay: Relay,
     first: Option<Update>,
-    plan: Plan,
+    events: E,
     in_flight: InFlight,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let state = Streaming {
-        relay,
-        first,
-        chunks: Chunks::new(plan),
-        pending: VecDeque::new(),
-        _in_flight: in_flight,
-    };
-    let events = futures_util::stream::unfold(state, |mut st| async move {
+    let state = Streaming { relay, first, events, pending: VecDeque::new(), _in_flight: in_flight };
+    let stream = futures_util::stream::unfold(state, |mut st| async move {
         loop {
-            if let Some(data) = st.pending.pop_front() {
-                return Some((Ok(Event::default().data(data)), st));
+            if let Some(event) = st.pending.pop_front() {
+                return Some((Ok(event), st));
             }
-            if st.chunks.ended {
+            if st.events.ended() {
                 return None;
             }
             let update = match st.first.take() {
                 Some(u) => Some(u),
                 None => st.relay.next().await,
             };
-            st.pending.extend(st.chunks.on_update(update));
+            st.pending.extend(st.events.events(update));
         }
     });
-    Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
 }
 
-struct Streaming {
+/// OpenAI's stream of `plan`'s chunks for `relay`.
+pub fn sse(
     relay: Relay,
     first: Option<Update>,
-    chunks: Chunks,
-    pending: VecDeque<String>,
+    plan: Plan,
+    in_flight: InFlight,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    pump(relay, first, Chunks::new(plan), in_flight)
+}
+
+struct Streaming<E> {
+    relay: Relay,
+    first: Option<Update>,
+    events: E,
+    pending: VecDeque<Event>,
     _in_flight: InFlight,
+}
+
+impl Events for Chunks {
+    fn events(&mut self, update: Option<Update>) -> Vec<Event> {
+        self.on_update(update).into_iter().map(|data| Event::default().data(data)).collect()
+    }
+
+    fn ended(&self) -> bool {
+        self.ended
+    }
 }
 
 /// Turns updates into the `data:` payloads of the stream.

@@ -21,16 +21,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use self::answer::Naming;
 use super::error::ApiError;
-use super::handlers::{collect, random_seed, same_key, ApiBody, FIRST_EVENT_WAIT};
+use super::handlers::{collect, key_accepted, random_seed, start_relay, ApiBody, FIRST_EVENT_WAIT};
 use super::mapping::check_model;
-use super::relay::{Relay, Update};
+use super::relay::Update;
 use super::AppState;
 
 pub use self::error::AnthropicError;
@@ -55,12 +54,7 @@ pub async fn messages(
         max_tokens: protocol.max_tokens.unwrap_or(u32::MAX),
     };
     let in_flight = s.metrics.start();
-    let state = s.clone();
-    let mut relay = tokio::task::spawn_blocking(move || {
-        Relay::start(&state.appliance, protocol, state.metrics.clone())
-    })
-    .await
-    .map_err(|e| ApiError::unavailable(format!("relay task failed: {e}")))??;
+    let mut relay = start_relay(&s, protocol).await?;
     if req.stream != Some(true) {
         let done = collect(&mut relay).await?;
         return Ok(Json(answer::answer(&naming, &done)?).into_response());
@@ -75,20 +69,12 @@ pub async fn messages(
 /// Requires the server's key, as `x-api-key` or `Authorization: Bearer`,
 /// when it has one; refusals are Anthropic's 401.
 pub async fn auth(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(key) = &s.api_key {
-        let headers = req.headers();
-        let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if ![api_key, bearer].into_iter().flatten().any(|g| same_key(g.trim(), key)) {
-            let mut e = ApiError::unauthorized();
-            e.message = "missing or wrong API key: send `x-api-key: KEY` (or `Authorization: \
-                         Bearer KEY`) with the key given to `kore-launch serve --api-key`"
-                .into();
-            return AnthropicError(e).into_response();
-        }
+    if !key_accepted(&s, req.headers(), Some("x-api-key")) {
+        let mut e = ApiError::unauthorized();
+        e.message = "missing or wrong API key: send `x-api-key: KEY` (or `Authorization: \
+                     Bearer KEY`) with the key given to `kore-launch serve --api-key`"
+            .into();
+        return AnthropicError(e).into_response();
     }
     next.run(req).await
 }

@@ -8,6 +8,7 @@
 use kore_protocol::tools::JsonSchemaFormat;
 use kore_protocol::{GenerateRequest, RawJson, ResponseFormat};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
@@ -171,17 +172,34 @@ fn tools(tools: Option<&[Tool]>) -> Result<Option<RawJson>, ApiError> {
                 format!("tool `{name}` needs `input_schema`"),
             ));
         };
-        let mut f = format!("{{\"name\":{}", json!(name));
-        if let Some(d) = &t.description {
-            f += &format!(",\"description\":{}", json!(d));
-        }
-        f += &format!(",\"parameters\":{}", schema.get());
-        if let Some(s) = t.strict {
-            f += &format!(",\"strict\":{s}");
-        }
-        out.push(format!("{{\"type\":\"function\",\"function\":{f}}}}}"));
+        let function = Function {
+            name,
+            description: t.description.as_deref(),
+            parameters: schema,
+            strict: t.strict,
+        };
+        out.push(FunctionTool { kind: "function", function });
     }
-    Ok(Some(RawJson(format!("[{}]", out.join(",")))))
+    let text = serde_json::to_string(&out).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(Some(RawJson(text)))
+}
+
+/// An OpenAI function tool as `tools` carries it (the schema as written).
+#[derive(Serialize)]
+struct FunctionTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    parameters: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
 }
 
 /// One Anthropic turn as OpenAI messages, appended to `out`.

@@ -5,11 +5,9 @@
 //! `error` event. The blocks follow [`super::answer`]'s rules, so the
 //! events accumulate to the non-streamed message.
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::time::Duration;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
 use kore_protocol::{CallDelta, Phase};
 use serde_json::{json, Value};
@@ -20,9 +18,6 @@ use crate::client::{Delta, Done};
 use crate::serve::error::ApiError;
 use crate::serve::metrics::InFlight;
 use crate::serve::relay::{Relay, Update};
-
-/// Keep-alive comments while no token flows.
-const KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 /// One event: its `event:` name and `data:` JSON.
 pub type Named = (&'static str, String);
@@ -187,29 +182,23 @@ fn event(name: &'static str, data: Value) -> Named {
     (name, data.to_string())
 }
 
-/// The SSE response for `relay` (`first`: an update already taken from it).
+impl crate::serve::stream::Events for Events {
+    fn events(&mut self, update: Option<Update>) -> Vec<Event> {
+        let named = self.on_update(update);
+        named.into_iter().map(|(name, data)| Event::default().event(name).data(data)).collect()
+    }
+
+    fn ended(&self) -> bool {
+        self.ended
+    }
+}
+
+/// Anthropic's event stream for `relay` (`first`: an update already taken from it).
 pub fn sse(
     relay: Relay,
     first: Option<Update>,
     naming: Naming,
     in_flight: InFlight,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let state = (relay, first, Events::new(naming), VecDeque::<Named>::new(), in_flight);
-    let events = futures_util::stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some((name, data)) = st.3.pop_front() {
-                return Some((Ok(Event::default().event(name).data(data)), st));
-            }
-            if st.2.ended {
-                return None;
-            }
-            let update = match st.1.take() {
-                Some(u) => Some(u),
-                None => st.0.next().await,
-            };
-            let named = st.2.on_update(update);
-            st.3.extend(named);
-        }
-    });
-    Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+    crate::serve::stream::pump(relay, first, Events::new(naming), in_flight)
 }
