@@ -619,11 +619,8 @@ fn checkpoint_files(pack_dir: &Path) -> io::Result<Vec<PathBuf>> {
 fn hand_over(entries: &[Entry], budget: u64) -> Vec<&Entry> {
     let mut recent: Vec<&Entry> = entries.iter().collect();
     recent.sort_by_key(|e| std::cmp::Reverse(e.used));
-    recent.truncate(DIVERGENCE_FILES);
-    let mut wanted = divergences(&recent);
+    let mut wanted = divergences(&recent[..recent.len().min(DIVERGENCE_FILES)]);
     wanted.sort_by_key(|f| std::cmp::Reverse(f.tokens.len()));
-    let mut recent: Vec<&Entry> = entries.iter().collect();
-    recent.sort_by_key(|e| std::cmp::Reverse(e.used));
     let (mut total, mut taken) = (0u64, Vec::<&Entry>::new());
     for e in wanted.into_iter().chain(recent) {
         if total + e.bytes <= budget && !taken.iter().any(|t| core::ptr::eq(*t, e)) {

@@ -87,31 +87,11 @@ pub struct ModelEngine<'m> {
     context_limit: u32,
     default_mtp: u32,
     bench: bench::Setup,
-    /// The vocabulary constrained decoding masks over.
-    vocab: Option<GrammarVocab>,
-}
-
-/// Where constrained decoding's vocabulary comes from: given whole
-/// ([`ModelEngine::with_grammar_vocab`]), or built from the tokenizer by the
-/// first constrained request ([`ModelEngine::with_grammar_tokenizer`]): the
-/// tables take 0.4-0.5 s that a start serving no constrained request never
-/// spends.
-enum GrammarVocab {
-    Built(Arc<Vocab>),
-    Later(Arc<kore_tokenizer::Tokenizer>, usize),
-}
-
-impl GrammarVocab {
-    /// The vocabulary, built now if it was not.
-    fn get(&mut self) -> Arc<Vocab> {
-        if let GrammarVocab::Later(t, size) = self {
-            *self = GrammarVocab::Built(Arc::new(crate::grammar_vocab(t, *size)));
-        }
-        match self {
-            GrammarVocab::Built(v) => Arc::clone(v),
-            GrammarVocab::Later(..) => unreachable!("built just above"),
-        }
-    }
+    /// The vocabulary constrained decoding masks over, once built.
+    vocab: Option<Arc<Vocab>>,
+    /// What builds it on the first constrained request (the tables take
+    /// 0.4-0.5 s that a start serving no such request never spends).
+    vocab_source: Option<(Arc<kore_tokenizer::Tokenizer>, usize)>,
 }
 
 impl fmt::Debug for ModelEngine<'_> {
@@ -151,6 +131,7 @@ impl<'m> ModelEngine<'m> {
             default_mtp: 0,
             bench: bench::Setup::default(),
             vocab: None,
+            vocab_source: None,
         }
     }
 
@@ -218,7 +199,7 @@ impl<'m> ModelEngine<'m> {
     /// ([`crate::grammar_vocab`] of the served tokenizer); without it such
     /// requests are refused as unsupported.
     pub fn with_grammar_vocab(mut self, vocab: Arc<Vocab>) -> Self {
-        self.vocab = Some(GrammarVocab::Built(vocab));
+        self.vocab = Some(vocab);
         self
     }
 
@@ -229,19 +210,25 @@ impl<'m> ModelEngine<'m> {
         tokenizer: Arc<kore_tokenizer::Tokenizer>,
         vocab_size: usize,
     ) -> Self {
-        self.vocab = Some(GrammarVocab::Later(tokenizer, vocab_size));
+        self.vocab_source = Some((tokenizer, vocab_size));
         self
     }
 
     /// Whether the constrained-decoding vocabulary has been built.
     pub fn grammar_vocab_built(&self) -> bool {
-        matches!(self.vocab, Some(GrammarVocab::Built(_)))
+        self.vocab.is_some()
     }
 
     /// The constraint's matcher for a request, if it has one.
     fn matcher(&mut self, params: &GenParams) -> Result<Option<Matcher>, EngineError> {
         let Some(g) = &params.constraint else { return Ok(None) };
-        let v = self.vocab.as_mut().map(GrammarVocab::get).ok_or_else(|| {
+        if self.vocab.is_none() {
+            let build = |(t, size): &(Arc<kore_tokenizer::Tokenizer>, usize)| {
+                Arc::new(crate::grammar_vocab(t, *size))
+            };
+            self.vocab = self.vocab_source.as_ref().map(build);
+        }
+        let v = self.vocab.clone().ok_or_else(|| {
             EngineError::Unsupported(String::from(
                 "this engine has no vocabulary for constrained decoding (ModelEngine::with_grammar_vocab)",
             ))
@@ -468,7 +455,7 @@ impl Engine for ModelEngine<'_> {
 
     fn finish(&mut self, seq: SeqId) {
         let Some(mut s) = self.seqs.remove(&seq) else { return };
-        if s.end_exact() {
+        if s.keeps_end() {
             self.keep(&s.ran, &s.state);
         }
         s.state.reset();

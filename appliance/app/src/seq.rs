@@ -172,7 +172,7 @@ impl Seq<'_> {
     /// Whether the state after the generation is worth a checkpoint (it
     /// equals a prefill of the same tokens: decode steps compute as prefill
     /// calls do).
-    pub(crate) fn end_exact(&self) -> bool {
+    pub(crate) fn keeps_end(&self) -> bool {
         self.keep_end && self.state.position() > self.prompt_len
     }
 

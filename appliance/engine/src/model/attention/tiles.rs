@@ -62,14 +62,11 @@ pub(super) fn attend_tiles<E: KvElem>(
             let (tile, kvh) = (i / nkv, i % nkv);
             let t0 = tile * TILE;
             let row_len = |r: usize| sh.pos0 + t0 + r / g + 1;
-            // SAFETY: (token, head) of row r is this item's alone (its tile's
-            // tokens, its KV head's query heads); each row is borrowed once at a time.
-            let out_row =
-                |r: usize| unsafe { out.slice(((t0 + r / g) * nq + kvh * g + r % g) * hd, hd) };
-            let rows = TILE.min(sh.tokens - t0) * g;
             // Row r: token t0 + r / g, head kvh * g + r % g.
+            let head = |r: usize| (t0 + r / g) * nq + kvh * g + r % g;
+            let rows = TILE.min(sh.tokens - t0) * g;
             for (r, qs) in q.chunks_exact_mut(hd).take(rows).enumerate() {
-                let h = (t0 + r / g) * nq + kvh * g + r % g;
+                let h = head(r);
                 qs.copy_from_slice(&qg[h * 2 * hd..h * 2 * hd + hd]);
             }
             m[..rows].fill(f32::NEG_INFINITY);
@@ -83,10 +80,13 @@ pub(super) fn attend_tiles<E: KvElem>(
                     for r in (0..rows).filter(|&r| row_len(r) > b0) {
                         let or = &mut o[r * hd..(r + 1) * hd];
                         let piece = (m[r], l[r], &*or);
+                        // SAFETY: row r's (token, head) is this item's alone (its
+                        // tile's tokens, its KV head's query heads).
+                        let dst = unsafe { out.slice(head(r) * hd, hd) };
                         if b0 == PIECE {
-                            merged[r] = Merged::first(piece, out_row(r));
+                            merged[r] = Merged::first(piece, dst);
                         } else {
-                            merged[r].fold(piece, out_row(r));
+                            merged[r].fold(piece, dst);
                         }
                         (m[r], l[r]) = (f32::NEG_INFINITY, 0.0);
                         or.fill(0.0);
@@ -110,7 +110,8 @@ pub(super) fn attend_tiles<E: KvElem>(
             }
             for r in 0..rows {
                 let piece = (m[r], l[r], &o[r * hd..(r + 1) * hd]);
-                let dst = out_row(r);
+                // SAFETY: as above: this item's own output row.
+                let dst = unsafe { out.slice(head(r) * hd, hd) };
                 if row_len(r) > PIECE {
                     merged[r].fold(piece, dst);
                     merged[r].finish(dst);
