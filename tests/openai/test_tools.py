@@ -181,3 +181,21 @@ def test_logprobs_of_a_greedy_answer(client, model):
     c = client.completions.create(model=model, prompt="Once upon", max_tokens=4, logprobs=2)
     lp = c.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == c.usage.completion_tokens
+
+
+def test_streamed_logprobs_come_with_their_tokens_and_equal_the_whole(client, model):
+    args = dict(model=model, messages=USER, max_tokens=8, logprobs=True, top_logprobs=2,
+                extra_body=NO_THINK)
+    whole = client.chat.completions.create(**args).choices[0].logprobs.content
+    chunks = list(client.chat.completions.create(stream=True, **args))
+    carrying = [c for c in chunks if c.choices and c.choices[0].logprobs is not None]
+    assert len(carrying) >= 2, "logprobs stream with the text, not only on the last chunk"
+    streamed = [t for c in carrying for t in c.choices[0].logprobs.content]
+    assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in whole]
+    lp = client.completions.create(model=model, prompt="Once upon", max_tokens=4, logprobs=1,
+                                   stream=True)
+    parts = [c.choices[0].logprobs for c in lp if c.choices and c.choices[0].logprobs]
+    offsets = [o for p in parts for o in p.text_offset]
+    tokens = [t for p in parts for t in p.tokens]
+    assert len(parts) >= 2 and len(tokens) == 4
+    assert offsets == [sum(len(t.encode()) for t in tokens[:i]) for i in range(len(tokens))]

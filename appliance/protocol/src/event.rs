@@ -88,6 +88,11 @@ pub struct DeltaEvent<'a> {
     /// `tools` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call: Option<CallDelta<'a>>,
+    /// The log-probabilities of the tokens generated since the last delta
+    /// that carried some (requests with `logprobs`): the deltas' lists,
+    /// joined, are a prefix of `done.logprobs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Cow<'a, [TokenLogprob]>>,
 }
 
 /// The final event of a successful (or cancelled) request.
@@ -330,6 +335,13 @@ mod tests {
                 delta: Cow::Borrowed("hi"),
                 phase: Phase::Thinking,
                 tool_call: None,
+                logprobs: Some(Cow::Owned(alloc::vec![TokenLogprob {
+                    id: 7,
+                    token: "hi".into(),
+                    bytes: b"hi".to_vec(),
+                    logprob: -0.5,
+                    top: Vec::new(),
+                }])),
             }),
             Event::Done(DoneEvent {
                 id: Cow::Borrowed(&id),

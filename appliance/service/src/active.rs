@@ -23,6 +23,8 @@ pub(crate) struct Active<D> {
     pub(crate) tokens: Vec<u32>,
     /// Log-probabilities of `tokens`, when the request asked.
     pub(crate) logprobs: Option<Vec<TokenLogprob>>,
+    /// How many of `logprobs` deltas have carried so far.
+    pub(crate) logprobs_sent: usize,
     pub(crate) t_start: u64,
     pub(crate) t_first: Option<u64>,
     pub(crate) t_last: u64,
@@ -31,6 +33,20 @@ pub(crate) struct Active<D> {
 }
 
 impl<D> Active<D> {
+    /// The log-probabilities no delta has carried yet, up to `end` tokens
+    /// (`None`: the request did not ask, or none are new); counts them as
+    /// carried.
+    pub(crate) fn unsent_logprobs(&mut self, end: usize) -> Option<Vec<TokenLogprob>> {
+        let list = self.logprobs.as_ref()?;
+        let end = end.min(list.len());
+        if end <= self.logprobs_sent {
+            return None;
+        }
+        let new = list[self.logprobs_sent..end].to_vec();
+        self.logprobs_sent = end;
+        Some(new)
+    }
+
     /// The `done` event's measurements.
     pub(crate) fn stats(&self, context_limit: u32) -> Stats {
         let a = self;

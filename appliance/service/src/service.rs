@@ -395,6 +395,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             emitter,
             tokens: Vec::new(),
             logprobs: params.logprobs.map(|_| Vec::new()),
+            logprobs_sent: 0,
             t_start,
             t_first: None,
             t_last: t_start,
@@ -505,8 +506,12 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         }
         let (conn, id) = (a.conn, a.id.clone());
         let calls = a.emitter.take_calls();
-        self.send_deltas(conn, &id, &deltas);
-        self.send_calls(conn, &id, calls);
+        let logprobs = if deltas.is_empty() && calls.is_empty() {
+            None // carried by the next delta that has text or a call
+        } else {
+            a.unsent_logprobs(usize::MAX)
+        };
+        self.send_deltas(conn, &id, &deltas, calls, logprobs);
         None
     }
 
@@ -524,12 +529,16 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         if finish != Finish::Cancelled {
             a.emitter.finish(&mut deltas);
         }
-        self.send_deltas(a.conn, &a.id, &deltas);
-        let calls = a.emitter.take_calls();
-        self.send_calls(a.conn, &a.id, calls);
         if let Some(l) = a.logprobs.as_mut() {
             l.truncate(a.tokens.len());
         }
+        let calls = a.emitter.take_calls();
+        let logprobs = if deltas.is_empty() && calls.is_empty() {
+            None // the rest is read from `done.logprobs`
+        } else {
+            a.unsent_logprobs(usize::MAX)
+        };
+        self.send_deltas(a.conn, &a.id, &deltas, calls, logprobs);
         let stats = a.stats(self.info.context_limit);
         let done = DoneEvent {
             id: Cow::Borrowed(&a.id),
@@ -547,25 +556,28 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         self.release(a.conn, &a.key);
     }
 
-    fn send_deltas(&mut self, conn: ConnId, id: &Id, deltas: &Deltas) {
-        for (phase, text) in deltas {
+    /// Sends one step's text `deltas`, then its tool-call pieces `calls`;
+    /// the last of these events carries `logprobs`.
+    fn send_deltas(
+        &mut self,
+        conn: ConnId,
+        id: &Id,
+        deltas: &Deltas,
+        calls: Vec<kore_protocol::CallDelta<'static>>,
+        mut logprobs: Option<Vec<TokenLogprob>>,
+    ) {
+        let total = deltas.len() + calls.len();
+        let texts = deltas.iter().map(|(phase, text)| (*phase, Cow::Borrowed(text.as_str()), None));
+        let pieces =
+            calls.into_iter().map(|c| (kore_protocol::Phase::Answer, Cow::Borrowed(""), Some(c)));
+        for (i, (phase, delta, tool_call)) in texts.chain(pieces).enumerate() {
+            let last = i + 1 == total;
             let ev = DeltaEvent {
                 id: Cow::Borrowed(id),
-                delta: Cow::Borrowed(text),
-                phase: *phase,
-                tool_call: None,
-            };
-            self.send(conn, &ev);
-        }
-    }
-
-    fn send_calls(&mut self, conn: ConnId, id: &Id, calls: Vec<kore_protocol::CallDelta<'static>>) {
-        for call in calls {
-            let ev = DeltaEvent {
-                id: Cow::Borrowed(id),
-                delta: Cow::Borrowed(""),
-                phase: kore_protocol::Phase::Answer,
-                tool_call: Some(call),
+                delta,
+                phase,
+                tool_call,
+                logprobs: if last { logprobs.take().map(Cow::Owned) } else { None },
             };
             self.send(conn, &ev);
         }

@@ -134,3 +134,46 @@ fn logprobs_come_with_done_one_per_token() {
     let (_, evs) = run("ab", chat(json!({})));
     assert!(evs.last().unwrap().get("logprobs").is_none());
 }
+
+/// The `logprobs` of the delta events, joined (ids).
+fn streamed_logprob_ids(evs: &[Value]) -> Vec<u64> {
+    evs.iter()
+        .filter(|e| e.get("delta").is_some())
+        .filter_map(|e| e.get("logprobs"))
+        .flat_map(|l| l.as_array().unwrap().iter().map(|t| t["id"].as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn deltas_carry_their_tokens_logprobs_as_they_stream() {
+    for (script, extra) in [
+        ("hello there", json!({"logprobs": 1})),
+        (CALL, json!({"logprobs": 0, "tools": tools(), "tool_choice": "auto"})),
+    ] {
+        let (_, evs) = run(script, chat(extra));
+        let done = evs.last().unwrap();
+        let all: Vec<u64> = done["logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_u64().unwrap())
+            .collect();
+        let streamed = streamed_logprob_ids(&evs);
+        assert!(!streamed.is_empty(), "{evs:?}");
+        assert_eq!(streamed[..], all[..streamed.len()], "a prefix of done's, in order");
+        // Plain text holds nothing back: each delta carries exactly its own tokens.
+        if script == "hello there" {
+            for e in evs.iter().filter(|e| e.get("delta").is_some()) {
+                let tokens: String = e["logprobs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t["token"].as_str().unwrap())
+                    .collect();
+                assert_eq!(tokens, e["delta"].as_str().unwrap());
+            }
+        }
+    }
+    let (_, evs) = run("hello there", chat(json!({})));
+    assert!(streamed_logprob_ids(&evs).is_empty());
+}

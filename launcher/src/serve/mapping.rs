@@ -347,7 +347,7 @@ pub fn completion_answer(env: &Envelope, done: &Done) -> Answer<TextChoice> {
     let choice = TextChoice {
         index: 0,
         text: done.text.to_string(),
-        logprobs: done.logprobs.as_deref().map(completion_logprobs),
+        logprobs: done.logprobs.as_deref().map(|l| completion_logprobs(l, 0)),
         finish_reason: Some(finish_reason(done.finish, false)),
     };
     let mut a = env.answer("text_completion", vec![choice]);

@@ -18,7 +18,7 @@ use super::relay::{Relay, Update};
 use super::tools::{chat_logprobs, chunk_call, completion_logprobs};
 use super::wire::{ChunkChoice, ChunkDelta, TextChoice};
 use crate::client::{Delta, Done};
-use kore_protocol::Phase;
+use kore_protocol::{Phase, TokenLogprob};
 
 /// Keep-alive comments while no token flows (also how a vanished client is
 /// noticed while its request waits in the queue).
@@ -114,6 +114,10 @@ impl Events for Chunks {
 pub struct Chunks {
     plan: Plan,
     started: bool,
+    /// Tokens whose log-probabilities earlier chunks carried, and the
+    /// bytes of their text (completions' `text_offset` goes on from it).
+    logprobs_sent: usize,
+    logprobs_bytes: usize,
     /// Set once `[DONE]` is queued.
     pub ended: bool,
 }
@@ -121,7 +125,7 @@ pub struct Chunks {
 impl Chunks {
     /// A stream that has sent nothing yet.
     pub fn new(plan: Plan) -> Self {
-        Self { plan, started: false, ended: false }
+        Self { plan, started: false, logprobs_sent: 0, logprobs_bytes: 0, ended: false }
     }
 
     /// The payloads for one update (`None`: the relay ended without one).
@@ -133,7 +137,7 @@ impl Chunks {
                 content: Some(String::new()),
                 ..Default::default()
             };
-            out.push(self.chat_chunk(role, None));
+            out.push(self.chat_chunk(role, None, None));
         }
         self.started = true;
         match update {
@@ -147,7 +151,8 @@ impl Chunks {
         out
     }
 
-    fn delta(&self, d: &Delta) -> String {
+    fn delta(&mut self, d: &Delta) -> String {
+        let logprobs = d.logprobs.as_deref().map(|l| self.logprobs_chunk(l));
         match self.plan.kind {
             Kind::Chat => {
                 let mut delta = ChunkDelta::default();
@@ -156,16 +161,38 @@ impl Chunks {
                     (None, Phase::Thinking) => delta.reasoning_content = Some(d.delta.to_string()),
                     (None, Phase::Answer) => delta.content = Some(d.delta.to_string()),
                 }
-                self.chat_chunk(delta, None)
+                self.chat_chunk(delta, None, logprobs)
             }
-            Kind::Completion => self.text_chunk(d.delta.to_string(), None, None, None),
+            Kind::Completion => self.text_chunk(d.delta.to_string(), None, None, logprobs),
         }
+    }
+
+    /// `list` (the tokens after those already sent) in the endpoint's shape.
+    fn logprobs_chunk(&mut self, list: &[TokenLogprob]) -> serde_json::Value {
+        let value = match self.plan.kind {
+            Kind::Chat => chat_logprobs(list),
+            Kind::Completion => completion_logprobs(list, self.logprobs_bytes),
+        };
+        self.logprobs_sent += list.len();
+        self.logprobs_bytes += list.iter().map(|t| t.token.len()).sum::<usize>();
+        value
+    }
+
+    /// The log-probabilities no delta carried (`None` when the request
+    /// wanted none, or the deltas carried them all).
+    fn unsent_logprobs(&mut self, done: &Done) -> Option<serde_json::Value> {
+        let list = done.logprobs.as_deref()?;
+        let rest = &list[self.logprobs_sent.min(list.len())..];
+        if rest.is_empty() && self.logprobs_sent > 0 {
+            return None;
+        }
+        Some(self.logprobs_chunk(rest))
     }
 
     fn finish(&mut self, done: &Done, out: &mut Vec<String>) {
         let reason = Some(finish_reason(done.finish, !done.tool_calls.is_empty()));
         let stats = Some(done.stats.clone().into_owned());
-        let logprobs = done.logprobs.as_deref();
+        let logprobs = self.unsent_logprobs(done);
         out.push(match self.plan.kind {
             Kind::Chat => {
                 let mut a = self.plan.env.answer(
@@ -173,17 +200,14 @@ impl Chunks {
                     vec![ChunkChoice {
                         index: 0,
                         delta: ChunkDelta::default(),
-                        logprobs: logprobs.map(chat_logprobs),
+                        logprobs,
                         finish_reason: reason,
                     }],
                 );
                 a.kore_stats = stats;
                 to_json(&a)
             }
-            Kind::Completion => {
-                let lp = logprobs.map(completion_logprobs);
-                self.text_chunk(String::new(), reason, stats, lp)
-            }
+            Kind::Completion => self.text_chunk(String::new(), reason, stats, logprobs),
         });
         if self.plan.include_usage {
             let object = match self.plan.kind {
@@ -207,8 +231,13 @@ impl Chunks {
         self.ended = true;
     }
 
-    fn chat_chunk(&self, delta: ChunkDelta, finish: Option<String>) -> String {
-        let choice = ChunkChoice { index: 0, delta, logprobs: None, finish_reason: finish };
+    fn chat_chunk(
+        &self,
+        delta: ChunkDelta,
+        finish: Option<String>,
+        logprobs: Option<serde_json::Value>,
+    ) -> String {
+        let choice = ChunkChoice { index: 0, delta, logprobs, finish_reason: finish };
         to_json(&self.plan.env.answer("chat.completion.chunk", vec![choice]))
     }
 
@@ -243,7 +272,13 @@ mod tests {
             delta: text.to_owned().into(),
             phase,
             tool_call: None,
+            logprobs: None,
         })
+    }
+
+    fn logprob(id: u32, token: &str) -> TokenLogprob {
+        let bytes = token.as_bytes().to_vec();
+        TokenLogprob { id, token: token.into(), bytes, logprob: -(id as f32), top: Vec::new() }
     }
 
     fn done(finish: Finish, text: &str, thinking: Option<&str>, prompt: u32, gen: u32) -> Done {
@@ -303,5 +338,57 @@ mod tests {
         assert_eq!(out[1], "[DONE]");
         let mut lost = chunks(Kind::Completion, false);
         assert_eq!(parse(&lost.on_update(None))[0]["error"]["code"], "unavailable");
+    }
+
+    #[test]
+    fn logprobs_ride_with_their_deltas_and_the_rest_with_the_last_chunk() {
+        let all = vec![logprob(1, "Hi"), logprob(2, " there"), logprob(3, "!")];
+        for kind in [Kind::Chat, Kind::Completion] {
+            let mut c = chunks(kind, false);
+            let mut first = delta("Hi there", Phase::Answer);
+            if let Update::Delta(d) = &mut first {
+                d.logprobs = Some(Cow::Owned(all[..2].to_vec()));
+            }
+            let mut got = parse(&c.on_update(Some(first)));
+            let end = Done {
+                logprobs: Some(Cow::Owned(all.clone())),
+                ..done(Finish::Stop, "", None, 1, 3)
+            };
+            got.extend(parse(&c.on_update(Some(Update::Done(end)))));
+            let lps: Vec<&Value> = got.iter().map(|v| &v["choices"][0]["logprobs"]).collect();
+            let lps: Vec<&Value> = lps.into_iter().filter(|v| !v.is_null()).collect();
+            assert_eq!(lps.len(), 2, "{kind:?}: {got:?}");
+            match kind {
+                Kind::Chat => {
+                    let tokens: Vec<&Value> = lps
+                        .iter()
+                        .flat_map(|v| v["content"].as_array().unwrap())
+                        .map(|t| &t["token"])
+                        .collect();
+                    assert_eq!(tokens, [&json!("Hi"), &json!(" there"), &json!("!")]);
+                }
+                Kind::Completion => {
+                    assert_eq!(lps[0]["text_offset"], json!([0, 2]));
+                    assert_eq!(lps[1]["tokens"], json!(["!"]));
+                    assert_eq!(lps[1]["text_offset"], json!([8]));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_empty_logprobs_chunk_when_the_deltas_carried_all() {
+        let mut c = chunks(Kind::Chat, false);
+        let mut first = delta("Hi", Phase::Answer);
+        if let Update::Delta(d) = &mut first {
+            d.logprobs = Some(Cow::Owned(vec![logprob(1, "Hi")]));
+        }
+        c.on_update(Some(first));
+        let end = Done {
+            logprobs: Some(Cow::Owned(vec![logprob(1, "Hi")])),
+            ..done(Finish::Stop, "Hi", None, 1, 1)
+        };
+        let end = parse(&c.on_update(Some(Update::Done(end))));
+        assert!(end[0]["choices"][0]["logprobs"].is_null());
     }
 }

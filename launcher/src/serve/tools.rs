@@ -57,9 +57,9 @@ pub fn chat_logprobs(list: &[TokenLogprob]) -> Value {
 }
 
 /// Completions' `logprobs`: `tokens`, `token_logprobs`, `top_logprobs` (one
-/// map per token) and `text_offset` (byte offsets into the text).
-pub fn completion_logprobs(list: &[TokenLogprob]) -> Value {
-    let mut offset = 0usize;
+/// map per token) and `text_offset` (byte offsets into the text, the first
+/// token's at `offset`: a streamed chunk's tokens follow earlier chunks').
+pub fn completion_logprobs(list: &[TokenLogprob], mut offset: usize) -> Value {
     let mut offsets = Vec::with_capacity(list.len());
     for t in list {
         offsets.push(offset);

@@ -203,6 +203,7 @@ fn delta(text: &str, phase: Phase, call: Option<CallDelta<'static>>) -> Option<U
         delta: text.to_owned().into(),
         phase,
         tool_call: call,
+        logprobs: None,
     }))
 }
 
