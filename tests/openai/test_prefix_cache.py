@@ -3,6 +3,7 @@
 finds the checkpoints on disk again and answers exactly as the uncached first run did."""
 
 import shutil
+import threading
 import time
 
 import openai
@@ -73,3 +74,38 @@ def test_a_restarted_serve_answers_from_disk_as_the_uncached_first(placement):
     assert cold == 0
     assert warm > 100, f"the restarted serve reused {warm} tokens"
     assert second == first, "a cached answer must equal the uncached one"
+
+
+@pytest.mark.parametrize("placement", ["native", "guest"])
+def test_checkpoints_reach_the_disk_while_a_request_runs(placement):
+    """A serve that is never idle still keeps its checkpoints: the guest sends them a piece at
+    a time between engine steps (it used to wait for an idle moment, so a long answer, or a
+    steady stream of requests, kept every checkpoint from the disk until it ended)."""
+    cache = OUT / f"xdg-busy-{placement}"
+    shutil.rmtree(cache, ignore_errors=True)
+    server = start_server(placement, cache_dir=cache)
+    messages = [{"role": "system", "content": SYSTEM + f"({placement} long answer)"},
+                {"role": "user", "content": "Speak on."}]
+    chunks, finished = [], threading.Event()
+
+    def long_answer():  # about 2,000 tokens: several seconds even natively
+        stream = client_of(server).chat.completions.create(
+            model="tiny", messages=messages, max_tokens=2000, temperature=0, stream=True,
+            extra_body=NO_THINK)
+        for chunk in stream:
+            chunks.append(chunk)
+        finished.set()
+
+    thread = threading.Thread(target=long_answer, daemon=True)
+    try:
+        thread.start()
+        deadline = time.time() + 120
+        while not list(cache.glob("kore/*/*/*.ckpt")) and not finished.is_set() \
+                and time.time() < deadline:
+            time.sleep(0.05)
+        assert list(cache.glob("kore/*/*/*.ckpt")), "no checkpoint file while the answer ran"
+        assert not finished.is_set(), "the file came only once the answer had ended"
+        thread.join(timeout=300)
+    finally:
+        stop_server(server)
+    assert finished.is_set() and chunks[-1].choices[0].finish_reason == "length"

@@ -115,6 +115,18 @@ impl Checkpoint {
         file::encode(&self.identity, &self.tokens, &spans, &self.fixed, sink);
     }
 
+    /// Writes about `budget` more bytes of its file to `sink`, going on from
+    /// `cursor` (see `snapshot::file::encode_some`); true once it is complete.
+    pub fn encode_some(
+        &self,
+        cursor: &mut file::EncodeCursor,
+        budget: usize,
+        sink: &mut dyn FnMut(&[u8]),
+    ) -> bool {
+        let spans: Vec<&KvSpan> = self.spans.iter().map(|s| &**s).collect();
+        file::encode_some(&self.identity, &self.tokens, &spans, &self.fixed, cursor, budget, sink)
+    }
+
     /// Its file as one buffer.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.file_bytes());

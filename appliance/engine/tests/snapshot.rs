@@ -184,3 +184,41 @@ fn the_sizing_counts_what_states_hold() {
     assert_eq!(KvSpan::capture(&state, 0..100).bytes(), kv);
     assert_eq!(Fixed::capture(&state).bytes(), shape.fixed_bytes());
 }
+
+#[test]
+fn a_file_encoded_piece_by_piece_equals_the_whole() {
+    let hf = tiny();
+    let model = hf.model().unwrap();
+    let mut state = model.new_state();
+    let tokens = prompt(37, 5, model.config.vocab_size);
+    run(&model, &mut state, &tokens);
+    let (head, tail) = (KvSpan::capture(&state, 0..20), KvSpan::capture(&state, 20..37));
+    let fixed = Fixed::capture(&state);
+    let whole = file::encode_to_vec(&id(&model), &tokens, &[&head, &tail], &fixed);
+    for budget in [1, 3, 92, 1000, 65_536, 1 << 20] {
+        let (mut out, mut cursor, mut calls) = (Vec::new(), file::EncodeCursor::default(), 0);
+        while !file::encode_some(
+            &id(&model),
+            &tokens,
+            &[&head, &tail],
+            &fixed,
+            &mut cursor,
+            budget,
+            &mut |b| out.extend_from_slice(b),
+        ) {
+            calls += 1;
+            assert!(
+                out.len() <= calls * (budget + 4),
+                "budget {budget}: {} bytes after {calls} calls",
+                out.len()
+            );
+        }
+        assert!(cursor.done());
+        assert_eq!(out, whole, "budget {budget}");
+        assert!(
+            calls + 1 >= whole.len() / (budget + 4).max(1) / 2,
+            "budget {budget}: {calls} calls"
+        );
+    }
+    assert!(file::decode(&whole, &id(&model)).is_ok());
+}

@@ -10,10 +10,11 @@
 //!
 //! Frames in both directions: a little-endian `u64` length, then that many bytes of a
 //! checkpoint file (kore-engine's `snapshot::file` format, checked whole by whoever takes it:
-//! `ModelEngine::offer` here, `DiskTier::persist_bytes` on the host). A checkpoint is encoded
-//! into a buffer while no request runs, then sent a credit's worth per turn of the serve loop
-//! between engine steps, so a transfer (a 2b 8192-token file is ~220 MB) never holds up a
-//! request.
+//! `ModelEngine::offer` here, `DiskTier::persist_bytes` on the host). A checkpoint goes out a
+//! piece at a time: each turn of the serve loop, between engine steps, encodes at most
+//! [`PIECE`] bytes of it and sends them as far as the host's credit allows, so a transfer (a
+//! 2b 8192-token file is ~220 MB) neither holds up a request nor waits for an idle moment,
+//! and the guest never holds more than one piece of a file.
 
 use alloc::collections::VecDeque;
 use alloc::rc::Rc;
@@ -21,7 +22,7 @@ use alloc::vec::Vec;
 use core::cell::RefCell;
 
 use kore_appliance::{Checkpoint, CheckpointStore};
-use kore_engine::snapshot::file::{Decoded, Identity};
+use kore_engine::snapshot::file::{Decoded, EncodeCursor, Identity};
 use kore_rt::vsock::{ConnId as VConn, Device, Error as VError};
 use kore_rt::{kcall, println};
 
@@ -31,6 +32,8 @@ pub const CACHE_PORT: u32 = 1026;
 const OUTBOX: usize = 4;
 /// The largest frame accepted (a bound on a bad length, far above any real file).
 const MAX_FRAME: u64 = 1 << 36;
+/// Bytes of a file encoded per turn of the serve loop at most (about a millisecond).
+const PIECE: usize = 1 << 20;
 
 /// Checkpoints the engine persisted, waiting for the link.
 type Outbox = Rc<RefCell<VecDeque<Checkpoint>>>;
@@ -81,12 +84,43 @@ pub struct Link {
     filled: usize,
     want: Option<usize>,
     offered: u64,
-    /// The frame going out and how much of it is sent.
-    sending: Option<(Vec<u8>, usize)>,
+    /// The checkpoint going out.
+    sending: Option<Sending>,
     /// The host's hand-over ended (its first zero frame).
     handed: bool,
     /// The host asked to be told when the outbox is empty (a later zero frame).
     drain: bool,
+}
+
+/// A checkpoint going out: how far its file is encoded, and the encoded
+/// piece not yet sent.
+struct Sending {
+    checkpoint: Checkpoint,
+    cursor: EncodeCursor,
+    piece: Vec<u8>,
+    sent: usize,
+}
+
+impl Sending {
+    /// The frame of `checkpoint`: its length first.
+    fn new(checkpoint: Checkpoint) -> Sending {
+        let piece = (checkpoint.file_bytes() as u64).to_le_bytes().to_vec();
+        Sending { checkpoint, cursor: EncodeCursor::default(), piece, sent: 0 }
+    }
+
+    /// The bytes to send next, encoding the next piece when the last one is
+    /// out (empty once the whole file is); `None` when memory for a piece is
+    /// short.
+    fn unsent(&mut self) -> Option<&[u8]> {
+        if self.sent == self.piece.len() && !self.cursor.done() {
+            self.piece.clear();
+            self.piece.try_reserve(PIECE).ok()?;
+            let (piece, cursor) = (&mut self.piece, &mut self.cursor);
+            self.checkpoint.encode_some(cursor, PIECE, &mut |b| piece.extend_from_slice(b));
+            self.sent = 0;
+        }
+        Some(&self.piece[self.sent..])
+    }
 }
 
 impl Link {
@@ -208,11 +242,10 @@ impl Link {
         true
     }
 
-    /// Sends the file going out as far as the host's credit allows, without waiting; when
-    /// none is going out and no request runs (`idle`), encodes the next queued checkpoint
-    /// into a buffer first (dropped, with a line, when memory for it is short). True if
-    /// anything moved.
-    pub fn flush(&mut self, dev: &mut Device, idle: bool) -> bool {
+    /// Sends the checkpoint going out (the next queued one when none is) as far as the host's
+    /// credit allows, without waiting, encoding at most one [`PIECE`] of it. True if anything
+    /// moved.
+    pub fn flush(&mut self, dev: &mut Device) -> bool {
         let Some(v) = self.conn else {
             self.outbox.borrow_mut().clear();
             self.sending = None;
@@ -222,33 +255,38 @@ impl Link {
             self.drain = false;
             return write_all(dev, v, &0u64.to_le_bytes());
         }
-        if self.sending.is_none() && idle {
+        if self.sending.is_none() {
             let Some(c) = self.outbox.borrow_mut().pop_front() else { return false };
-            let n = c.file_bytes();
-            let mut buf = Vec::new();
-            if buf.try_reserve_exact(8 + n).is_err() {
-                println!("kore-appliance: prefix cache: no memory for a {n}-byte file; not kept");
-                return true;
-            }
-            buf.extend_from_slice(&(n as u64).to_le_bytes());
-            c.encode(&mut |b| buf.extend_from_slice(b));
-            self.sending = Some((buf, 0));
+            self.sending = Some(Sending::new(c));
         }
-        let Some((buf, at)) = self.sending.as_mut() else { return false };
-        match dev.sockets.write(v, &buf[*at..]) {
-            Ok(0) | Err(VError::WouldBlock) => return false,
-            Ok(n) => *at += n,
+        let Some(out) = self.sending.as_mut() else { return false };
+        let Some(bytes) = out.unsent() else {
+            // A frame cut short cannot be resumed: the host drops the link's partial file.
+            println!("kore-appliance: prefix cache: no memory to send a checkpoint; link closed");
+            return self.close(dev, v);
+        };
+        if bytes.is_empty() {
+            self.sending = None;
+            return true;
+        }
+        match dev.sockets.write(v, bytes) {
+            Ok(0) | Err(VError::WouldBlock) => false,
+            Ok(n) => {
+                out.sent += n;
+                true
+            }
             Err(_) => {
                 println!("kore-appliance: prefix cache: the host's link failed; closed");
-                dev.sockets.close(v);
-                self.conn = None;
-                self.sending = None;
-                return true;
+                self.close(dev, v)
             }
         }
-        if *at == buf.len() {
-            self.sending = None;
-        }
+    }
+
+    /// Closes the link (checkpoints are kept in memory only from then on); true.
+    fn close(&mut self, dev: &mut Device, v: VConn) -> bool {
+        dev.sockets.close(v);
+        self.conn = None;
+        self.sending = None;
         true
     }
 }

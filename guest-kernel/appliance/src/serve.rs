@@ -79,7 +79,7 @@ pub fn run<E: Engine + Offer, C: Codec>(
         }
         moved |= send(dev, svc, &mut conns);
         if let Some(l) = link.as_mut() {
-            moved |= l.flush(dev, !svc.has_work());
+            moved |= l.flush(dev);
         }
         if !moved && !svc.has_work() && !dev.sockets.has_transmit() {
             kcall::wait();

@@ -131,44 +131,149 @@ fn header(id: &Identity, tokens: &[u32]) -> Vec<u8> {
     h
 }
 
-/// Buffers little-endian words into `sink`, summing what passes.
-struct Writer<'s> {
-    sink: &'s mut dyn FnMut(&[u8]),
+/// One run of the file's body: raw bytes (the header) or little-endian words.
+enum Part<'a> {
+    Bytes(Vec<u8>),
+    U32(&'a [u32]),
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+}
+
+impl Part<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Part::Bytes(b) => b.len(),
+            Part::U32(x) => x.len(),
+            Part::F32(x) => x.len(),
+            Part::F16(x) => x.len(),
+        }
+    }
+
+    fn elem_bytes(&self) -> usize {
+        match self {
+            Part::Bytes(_) => 1,
+            Part::U32(_) | Part::F32(_) => 4,
+            Part::F16(_) => 2,
+        }
+    }
+
+    /// Appends elements `from..to` to `out`, little-endian.
+    fn put(&self, from: usize, to: usize, out: &mut Vec<u8>) {
+        match self {
+            Part::Bytes(b) => out.extend_from_slice(&b[from..to]),
+            Part::U32(x) => put_words(&x[from..to], u32::to_le_bytes, out),
+            Part::F32(x) => put_words(&x[from..to], f32::to_le_bytes, out),
+            Part::F16(x) => put_words(&x[from..to], u16::to_le_bytes, out),
+        }
+    }
+}
+
+fn put_words<T: Copy, const N: usize>(xs: &[T], le: fn(T) -> [u8; N], out: &mut Vec<u8>) {
+    let at = out.len();
+    out.resize(at + xs.len() * N, 0);
+    for (d, &x) in out[at..].chunks_exact_mut(N).zip(xs) {
+        d.copy_from_slice(&le(x));
+    }
+}
+
+/// The file's body in order (everything before the checksum).
+fn parts<'a>(
+    id: &Identity,
+    tokens: &'a [u32],
+    spans: &[&'a KvSpan],
+    fixed: &'a Fixed,
+) -> Vec<Part<'a>> {
+    let mut parts = Vec::with_capacity(3 + 2 * id.shape.attention_layers * spans.len());
+    parts.push(Part::Bytes(header(id, tokens)));
+    parts.push(Part::U32(tokens));
+    parts.push(Part::F32(fixed.floats()));
+    for layer in 0..id.shape.attention_layers {
+        for side in 0..2 {
+            for s in spans {
+                let (k, v) = &s.layers()[layer];
+                parts.push(match if side == 0 { k } else { v } {
+                    Kv::F32(x) => Part::F32(x),
+                    Kv::F16(x) => Part::F16(x),
+                });
+            }
+        }
+    }
+    parts
+}
+
+/// How far an encoding has gone: [`encode_some`] goes on from it, so that a
+/// writer that must not stall (the guest, between engine steps) sends a large
+/// file a piece at a time, holding only the piece.
+#[derive(Clone, Debug)]
+pub struct EncodeCursor {
+    part: usize,
+    elem: usize,
     sum: Checksum,
-    buf: Vec<u8>,
+    done: bool,
 }
 
-impl Writer<'_> {
-    fn bytes(&mut self, b: &[u8]) {
-        self.buf.extend_from_slice(b);
-        if self.buf.len() >= 1 << 16 {
-            self.flush();
-        }
-    }
-
-    /// `N`-byte little-endian words, converted a block at a time.
-    fn words<T: Copy, const N: usize>(&mut self, xs: &[T], le: fn(T) -> [u8; N]) {
-        for block in xs.chunks(1 << 14) {
-            let at = self.buf.len();
-            self.buf.resize(at + block.len() * N, 0);
-            for (d, &x) in self.buf[at..].chunks_exact_mut(N).zip(block) {
-                d.copy_from_slice(&le(x));
-            }
-            if self.buf.len() >= 1 << 16 {
-                self.flush();
-            }
-        }
-    }
-    fn flush(&mut self) {
-        self.sum.update(&self.buf);
-        (self.sink)(&self.buf);
-        self.buf.clear();
+impl Default for EncodeCursor {
+    fn default() -> Self {
+        EncodeCursor { part: 0, elem: 0, sum: Checksum::new(0), done: false }
     }
 }
 
-/// Writes the checkpoint `tokens` + `spans` (covering `0..tokens.len()` in
-/// order) + `fixed` to `sink` in pieces; `spans` and `fixed` must have
-/// `id`'s shape (the cache that built them has).
+impl EncodeCursor {
+    /// Whether the whole file, checksum included, has been written.
+    pub fn done(&self) -> bool {
+        self.done
+    }
+}
+
+/// Pieces handed to a sink at most (the writer's buffer).
+const PIECE: usize = 1 << 16;
+
+/// Writes about `budget` more bytes (at least one element, whole elements
+/// only) of the checkpoint file `tokens` + `spans` + `fixed` to `sink`, in
+/// pieces of at most 64 KiB, going on from `cursor`; true once the file is
+/// complete. The same arguments must be given at every call; `spans` must
+/// cover `0..tokens.len()` in order, and with `fixed` have `id`'s shape
+/// (the cache that built them has).
+pub fn encode_some(
+    id: &Identity,
+    tokens: &[u32],
+    spans: &[&KvSpan],
+    fixed: &Fixed,
+    cursor: &mut EncodeCursor,
+    budget: usize,
+    sink: &mut dyn FnMut(&[u8]),
+) -> bool {
+    if cursor.done {
+        return true;
+    }
+    let parts = parts(id, tokens, spans, fixed);
+    let mut buf = Vec::with_capacity(PIECE.min(budget.max(8)));
+    let mut written = 0usize;
+    while cursor.part < parts.len() {
+        if written >= budget {
+            return false;
+        }
+        let part = &parts[cursor.part];
+        let room = (budget - written).min(PIECE) / part.elem_bytes();
+        let to = part.len().min(cursor.elem + room.max(1));
+        buf.clear();
+        part.put(cursor.elem, to, &mut buf);
+        if !buf.is_empty() {
+            cursor.sum.update(&buf);
+            sink(&buf);
+        }
+        written += buf.len();
+        cursor.elem = to;
+        if to == part.len() {
+            (cursor.part, cursor.elem) = (cursor.part + 1, 0);
+        }
+    }
+    sink(&cursor.sum.finish().to_le_bytes());
+    cursor.done = true;
+    true
+}
+
+/// Writes the whole checkpoint file to `sink` in pieces (see [`encode_some`]).
 pub fn encode(
     id: &Identity,
     tokens: &[u32],
@@ -176,24 +281,8 @@ pub fn encode(
     fixed: &Fixed,
     sink: &mut dyn FnMut(&[u8]),
 ) {
-    let mut w = Writer { sink, sum: Checksum::new(0), buf: Vec::with_capacity(1 << 17) };
-    w.bytes(&header(id, tokens));
-    w.words(tokens, u32::to_le_bytes);
-    w.words(fixed.floats(), f32::to_le_bytes);
-    for layer in 0..id.shape.attention_layers {
-        for side in 0..2 {
-            for s in spans {
-                let (k, v) = &s.layers()[layer];
-                match if side == 0 { k } else { v } {
-                    Kv::F32(x) => w.words(x, f32::to_le_bytes),
-                    Kv::F16(x) => w.words(x, u16::to_le_bytes),
-                }
-            }
-        }
-    }
-    w.flush();
-    let sum = w.sum.finish();
-    (w.sink)(&sum.to_le_bytes());
+    let mut cursor = EncodeCursor::default();
+    encode_some(id, tokens, spans, fixed, &mut cursor, usize::MAX, sink);
 }
 
 /// The checkpoint as one buffer (see [`encode`]).
