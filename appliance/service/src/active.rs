@@ -33,17 +33,17 @@ pub(crate) struct Active<D> {
 }
 
 impl<D> Active<D> {
-    /// The log-probabilities no delta has carried yet, up to `end` tokens
-    /// (`None`: the request did not ask, or none are new); counts them as
-    /// carried.
-    pub(crate) fn unsent_logprobs(&mut self, end: usize) -> Option<Vec<TokenLogprob>> {
+    /// The log-probabilities for a step's `events` delta events: those no
+    /// delta has carried yet, counted as carried now (`None`: the request
+    /// did not ask, none are new, or there is no event to carry them; they
+    /// wait for the next one, or `done` has them).
+    pub(crate) fn logprobs_to_send(&mut self, events: usize) -> Option<Vec<TokenLogprob>> {
         let list = self.logprobs.as_ref()?;
-        let end = end.min(list.len());
-        if end <= self.logprobs_sent {
+        if events == 0 || list.len() <= self.logprobs_sent {
             return None;
         }
-        let new = list[self.logprobs_sent..end].to_vec();
-        self.logprobs_sent = end;
+        let new = list[self.logprobs_sent..].to_vec();
+        self.logprobs_sent = list.len();
         Some(new)
     }
 

@@ -506,11 +506,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
         }
         let (conn, id) = (a.conn, a.id.clone());
         let calls = a.emitter.take_calls();
-        let logprobs = if deltas.is_empty() && calls.is_empty() {
-            None // carried by the next delta that has text or a call
-        } else {
-            a.unsent_logprobs(usize::MAX)
-        };
+        let logprobs = a.logprobs_to_send(deltas.len() + calls.len());
         self.send_deltas(conn, &id, &deltas, calls, logprobs);
         None
     }
@@ -533,11 +529,7 @@ impl<E: Engine, C: Codec, K: Clock> Service<E, C, K> {
             l.truncate(a.tokens.len());
         }
         let calls = a.emitter.take_calls();
-        let logprobs = if deltas.is_empty() && calls.is_empty() {
-            None // the rest is read from `done.logprobs`
-        } else {
-            a.unsent_logprobs(usize::MAX)
-        };
+        let logprobs = a.logprobs_to_send(deltas.len() + calls.len());
         self.send_deltas(a.conn, &a.id, &deltas, calls, logprobs);
         let stats = a.stats(self.info.context_limit);
         let done = DoneEvent {
