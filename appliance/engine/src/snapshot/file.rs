@@ -176,15 +176,18 @@ fn put_words<T: Copy, const N: usize>(xs: &[T], le: fn(T) -> [u8; N], out: &mut 
     }
 }
 
-/// The file's body in order (everything before the checksum).
+/// The file's body in order (everything before the checksum), its first
+/// part `head` (the header, or nothing once it is written: building it
+/// hashes every token).
 fn parts<'a>(
     id: &Identity,
+    head: Vec<u8>,
     tokens: &'a [u32],
     spans: &[&'a KvSpan],
     fixed: &'a Fixed,
 ) -> Vec<Part<'a>> {
     let mut parts = Vec::with_capacity(3 + 2 * id.shape.attention_layers * spans.len());
-    parts.push(Part::Bytes(header(id, tokens)));
+    parts.push(Part::Bytes(head));
     parts.push(Part::U32(tokens));
     parts.push(Part::F32(fixed.floats()));
     for layer in 0..id.shape.attention_layers {
@@ -246,7 +249,8 @@ pub fn encode_some(
     if cursor.done {
         return true;
     }
-    let parts = parts(id, tokens, spans, fixed);
+    let head = if cursor.part == 0 { header(id, tokens) } else { Vec::new() };
+    let parts = parts(id, head, tokens, spans, fixed);
     let mut buf = Vec::with_capacity(PIECE.min(budget.max(8)));
     let mut written = 0usize;
     while cursor.part < parts.len() {
