@@ -13,8 +13,8 @@
 //! `ModelEngine::offer` here, `DiskTier::persist_bytes` on the host). A checkpoint goes out a
 //! piece at a time: each turn of the serve loop, between engine steps, encodes at most
 //! [`PIECE`] bytes of it and sends them as far as the host's credit allows, so a transfer (a
-//! 2b 8192-token file is ~220 MB) neither holds up a request nor waits for an idle moment,
-//! and the guest never holds more than one piece of a file.
+//! 2b 8192-token file is ~220 MB) goes out between engine steps instead of waiting for an
+//! idle moment, and the guest never holds more than one piece of a file.
 
 use alloc::collections::VecDeque;
 use alloc::rc::Rc;
@@ -32,7 +32,7 @@ pub const CACHE_PORT: u32 = 1026;
 const OUTBOX: usize = 4;
 /// The largest frame accepted (a bound on a bad length, far above any real file).
 const MAX_FRAME: u64 = 1 << 36;
-/// Bytes of a file encoded per turn of the serve loop at most (about a millisecond).
+/// Bytes of a file encoded per turn of the serve loop at most.
 const PIECE: usize = 1 << 20;
 
 /// Checkpoints the engine persisted, waiting for the link.
