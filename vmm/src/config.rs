@@ -62,6 +62,8 @@ pub struct VmConfig {
     pub user_image: Option<PathBuf>,
     /// Files preloaded into guest RAM at [`kore_boot_abi::layout::PACK_BASE`].
     pub preload: Vec<PathBuf>,
+    /// Whether the preloaded files' pages stay in the host's page cache.
+    pub preload_cache: crate::preload::CacheAfterRead,
     /// Host Unix socket path of the vsock device (Firecracker's hybrid
     /// vsock); `None` attaches no vsock device.
     pub vsock_uds: Option<PathBuf>,
@@ -94,6 +96,7 @@ impl VmConfig {
             kernel: kernel.as_ref().to_path_buf(),
             user_image: None,
             preload: Vec::new(),
+            preload_cache: crate::preload::CacheAfterRead::Keep,
             vsock_uds: None,
             guest_cid: 3,
             cmdline: String::new(),
@@ -146,6 +149,12 @@ impl VmConfig {
     /// Adds a file to preload (in order).
     pub fn preload(mut self, path: impl AsRef<Path>) -> Self {
         self.preload.push(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Sets what happens to the preloaded files' pages in the host's page cache.
+    pub fn preload_cache(mut self, cache: crate::preload::CacheAfterRead) -> Self {
+        self.preload_cache = cache;
         self
     }
 

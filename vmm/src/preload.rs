@@ -2,7 +2,10 @@
 //!
 //! Files are read with large `read` calls straight into the guest-memory
 //! mapping, each at a 2 MiB-aligned guest-physical address from
-//! [`kore_boot_abi::layout::PACK_BASE`] on.
+//! [`kore_boot_abi::layout::PACK_BASE`] on. With [`CacheAfterRead::Drop`]
+//! each chunk's pages leave the host's page cache once copied, so a pack
+//! that fills much of the host's memory is not held twice (guest RAM plus a
+//! clean page-cache copy that only memory pressure would reclaim).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -78,16 +81,28 @@ pub fn plan(paths: &[PathBuf]) -> Result<(Vec<PreloadSlot>, u64), PreloadError> 
 /// Chunk size of each read.
 const CHUNK: usize = 32 << 20;
 
+/// What happens to a file's pages in the host's page cache once read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheAfterRead {
+    /// Left cached: the next boot of the same pack reads from memory.
+    #[default]
+    Keep,
+    /// Dropped chunk by chunk (`POSIX_FADV_DONTNEED`): for a pack large
+    /// against the host's memory, whose copy in guest RAM is the only one needed.
+    Drop,
+}
+
 /// Reads every slot's file into `mem`, calling `progress` after each chunk.
 pub fn load<M: GuestMemory>(
     mem: &M,
     slots: &[PreloadSlot],
+    cache: CacheAfterRead,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<u64, PreloadError> {
     let total: u64 = slots.iter().map(|s| s.size).sum();
     let mut done = 0u64;
     for s in slots {
-        load_one(mem, s, &mut |n| {
+        load_one(mem, s, cache, &mut |n| {
             done += n;
             progress(Progress { done, total });
         })?;
@@ -98,11 +113,12 @@ pub fn load<M: GuestMemory>(
 fn load_one<M: GuestMemory>(
     mem: &M,
     s: &PreloadSlot,
+    cache: CacheAfterRead,
     on_chunk: &mut dyn FnMut(u64),
 ) -> Result<(), PreloadError> {
     let io = |e| PreloadError::Io { path: s.path.clone(), source: e };
     let mut f = File::open(&s.path).map_err(io)?;
-    advise_sequential(&f);
+    advise(&f, 0, 0, libc::POSIX_FADV_SEQUENTIAL);
     let mut off = 0u64;
     while off < s.size {
         let n = ((s.size - off) as usize).min(CHUNK);
@@ -120,17 +136,22 @@ fn load_one<M: GuestMemory>(
                 Err(_) => return Err(PreloadError::Destination { path: s.path.clone() }),
             }
         }
+        if cache == CacheAfterRead::Drop {
+            advise(&f, off, n as u64, libc::POSIX_FADV_DONTNEED);
+        }
         off += n as u64;
         on_chunk(n as u64);
     }
     Ok(())
 }
 
-fn advise_sequential(f: &File) {
+/// A hint about `len` bytes of `f` from `off` (0: to the end). Hints change
+/// no data: one the kernel refuses only costs what it would have saved.
+fn advise(f: &File, off: u64, len: u64, advice: libc::c_int) {
     use std::os::fd::AsRawFd;
     // SAFETY: posix_fadvise only reads the fd number; the file stays open.
     unsafe {
-        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL);
+        libc::posix_fadvise(f.as_raw_fd(), off as libc::off_t, len as libc::off_t, advice);
     }
 }
 

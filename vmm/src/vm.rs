@@ -154,7 +154,7 @@ impl Vm {
         boot::write_boot_info(&mem, &info)?;
         if !slots.is_empty() {
             let t = Instant::now();
-            let n = preload::load(&mem, &slots, progress)?;
+            let n = preload::load(&mem, &slots, config.preload_cache, progress)?;
             let s = t.elapsed().as_secs_f64();
             tracing::info!("preloaded {n} bytes in {s:.3} s ({:.2} GB/s)", n as f64 / s / 1e9);
         }

@@ -245,6 +245,7 @@ fn vmm_spec(opts: &BootOptions, pack: &Path) -> VmmSpec {
         HugePageSize::Size1G => "1G",
         HugePageSize::Off => "off",
     };
+    let preload: Vec<_> = crate::host::sizing::PRELOADED.iter().map(|f| pack.join(f)).collect();
     VmmSpec {
         kernel: opts.images.kernel.clone(),
         image: opts.images.image.clone(),
@@ -254,10 +255,28 @@ fn vmm_spec(opts: &BootOptions, pack: &Path) -> VmmSpec {
         guest_cpu: opts.guest_cpu.to_string(),
         socket: opts.socket.clone(),
         cmdline: opts.cmdline.clone(),
-        preload: crate::host::sizing::PRELOADED.iter().map(|f| pack.join(f)).collect(),
+        drop_preload_cache: drop_preload_cache(&preload, kore_pack::safetensors::mem_available()),
+        preload,
         vf: opts.vf.clone(),
         confine: true,
     }
+}
+
+/// Whether the VMM drops the pack from the host's page cache as it preloads
+/// it: when the pack is over half of the host's available memory (guest RAM
+/// already reserved is not available), a cached copy beside the one in guest
+/// RAM would crowd out everything else, and a later boot reads the file again.
+/// A smaller pack stays cached, so a restart reads it from memory.
+fn drop_preload_cache(files: &[PathBuf], available: Option<u64>) -> bool {
+    let bytes: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
+    let drop = available.is_some_and(|a| bytes.saturating_mul(2) > a);
+    if drop {
+        tracing::info!(
+            "the pack ({bytes} bytes) is over half the available memory: it leaves the page \
+             cache as it is preloaded"
+        );
+    }
+    drop
 }
 
 /// Fails unless `pack` has every file the guest reads.
@@ -300,5 +319,23 @@ fn is_not_yet(e: &ConnectError) -> bool {
         ConnectError::Socket { .. } | ConnectError::Refused { .. } => true,
         ConnectError::Io(io) => matches!(io.kind(), WouldBlock | TimedOut),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pack_over_half_the_available_memory_leaves_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<PathBuf> = ["a", "b"].iter().map(|n| dir.path().join(n)).collect();
+        std::fs::write(&files[0], vec![0u8; 3000]).unwrap();
+        std::fs::write(&files[1], vec![0u8; 1000]).unwrap();
+        // 4,000 bytes in all: dropped under 8,000 available, kept from 8,000 on.
+        assert!(drop_preload_cache(&files, Some(7_999)));
+        assert!(!drop_preload_cache(&files, Some(8_000)));
+        assert!(!drop_preload_cache(&files, None), "unknown memory: keep");
+        assert!(!drop_preload_cache(&[dir.path().join("missing")], Some(1)));
     }
 }

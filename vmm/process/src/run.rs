@@ -94,6 +94,9 @@ fn start(
         for f in &spec.preload {
             c = c.preload(f);
         }
+        if spec.drop_preload_cache {
+            c = c.preload_cache(kore_vmm::preload::CacheAfterRead::Drop);
+        }
         if let Some(vf) = &spec.vf {
             c = c.vf(vf);
         }

@@ -27,6 +27,10 @@ pub struct VmmSpec {
     pub cmdline: String,
     /// Files preloaded into guest RAM (the pack).
     pub preload: Vec<PathBuf>,
+    /// Drop the preloaded files from the host's page cache behind the read
+    /// (a pack large against the host's memory: guest RAM holds the only copy).
+    #[serde(default)]
+    pub drop_preload_cache: bool,
     /// A host PCI function to pass through with VFIO.
     pub vf: Option<String>,
     /// Confine the VMM after boot (seccomp, namespaces, no root).
