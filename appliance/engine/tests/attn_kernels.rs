@@ -150,7 +150,10 @@ fn fixture() -> HfModelDir {
 
 /// After 3000 synthetic positions (two decode pieces of 2048), 17 tokens run
 /// as one call (one piece per token, blocks of keys) and one by one
-/// (pieces merged); threaded runs equal serial ones bit for bit.
+/// (pieces merged); threaded runs equal serial ones bit for bit. Serial
+/// decode steps take both KV heads in one work item (two pieces keep its one
+/// worker busy), threaded ones a head an item (two pieces for three
+/// workers): the span of an item does not change a bit.
 #[test]
 fn long_context_pieces_merge_to_the_unsplit_result() {
     let hf = fixture();

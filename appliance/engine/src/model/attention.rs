@@ -6,9 +6,10 @@
 //! keys (`kernels::attn`: scores, exp, weighted value sums, on f32 or f16
 //! caches) with work items taken by the pool's workers from a shared
 //! counter; no allocation per key. For decode (few tokens) an item is (token,
-//! KV head, key piece): long contexts are cut into fixed pieces merged
+//! key piece, KV heads): long contexts are cut into fixed pieces merged
 //! afterwards, so the cost per step is linear in the context and spread over
-//! every worker. For prefill an item is (tile of tokens, KV head)
+//! every worker, and an item takes every KV head of its piece when the
+//! pieces keep the workers busy, so the cache's rows are read whole. For prefill an item is (tile of tokens, KV head)
 //! ([`tiles`]): each block of keys and values is read once per tile, and
 //! its rows merge the same pieces the same way, so every token's output is
 //! the same bits in a decode step and in a prefill call of any length.
@@ -223,15 +224,16 @@ impl Shape {
         len.div_ceil(PIECE)
     }
 
-    /// `(token, kv head, key range)` of work item `i`, given `first[t]` =
-    /// the first item of token `t`.
-    fn item(&self, first: &[usize], i: usize) -> (usize, usize, Range<usize>) {
+    /// `(token, first KV head, piece, key range)` of work item `i`, an item
+    /// being `span` consecutive KV heads of one piece, given `first[t]` = the
+    /// first item of token `t`.
+    fn item(&self, first: &[usize], span: usize, i: usize) -> (usize, usize, usize, Range<usize>) {
         let t = first.partition_point(|&f| f <= i) - 1;
         let len = self.pos0 + t + 1;
         let np = self.pieces(len);
-        let (kvh, p) = ((i - first[t]) / np, (i - first[t]) % np);
+        let (kvh, p) = ((i - first[t]) / np * span, (i - first[t]) % np);
         let keys = if np == 1 { 0..len } else { p * PIECE..len.min((p + 1) * PIECE) };
-        (t, kvh, keys)
+        (t, kvh, p, keys)
     }
 }
 
@@ -255,15 +257,23 @@ fn attend<E: KvElem>(
     if sh.tokens > PIECE_TOKENS {
         return tiles::attend_tiles(path, pool, sh, qg, keys, values, attn, parallel);
     }
-    let mut first = Vec::with_capacity(sh.tokens + 1);
-    let mut items = 0;
+    let pieces: usize = (0..sh.tokens).map(|t| sh.pieces(sh.pos0 + t + 1)).sum();
+    let span = heads_per_item(nkv, pieces, if parallel { pool.workers() } else { 1 });
+    // Units (token, KV head, piece) hold the partial results; first[t] and
+    // units_first[t] are token t's first item and first unit.
+    let (mut first, mut units_first) =
+        (Vec::with_capacity(sh.tokens), Vec::with_capacity(sh.tokens));
+    let (mut items, mut units) = (0, 0);
     for t in 0..sh.tokens {
         first.push(items);
-        items += nkv * sh.pieces(sh.pos0 + t + 1);
+        units_first.push(units);
+        let np = sh.pieces(sh.pos0 + t + 1);
+        items += nkv / span * np;
+        units += nkv * np;
     }
-    // Partial results per item: running max, sum, unnormalised output.
+    // Partial results per unit: running max, sum, unnormalised output.
     let (mut pm, mut pl, mut po) =
-        (vec![0.0; items * g], vec![0.0; items * g], vec![0.0; items * g * hd]);
+        (vec![0.0; units * g], vec![0.0; units * g], vec![0.0; units * g * hd]);
     // Workers write disjoint slots: one work item each, taken from a shared counter.
     let (out_m, out_l, out_o) =
         (SharedMut::new(&mut pm), SharedMut::new(&mut pl), SharedMut::new(&mut po));
@@ -271,28 +281,30 @@ fn attend<E: KvElem>(
     let stride = nkv * hd;
     let next = AtomicUsize::new(0);
     let run = |_worker: usize, _workers: usize| {
-        let mut sc = vec![0.0f32; g * BLOCK];
-        let mut q = vec![0.0f32; g * hd];
-        let (mut o, mut m, mut l) = (vec![0.0f32; g * hd], vec![0.0f32; g], vec![0.0f32; g]);
+        let mut heads = Heads::new(span, g, hd);
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= items {
                 break;
             }
-            let (t, kvh, range) = sh.item(&first, i);
-            for (gi, qs) in q.chunks_exact_mut(hd).enumerate() {
-                let h = t * nq + kvh * g + gi;
+            let (t, kvh, p, range) = sh.item(&first, span, i);
+            for (j, qs) in heads.q.chunks_exact_mut(hd).enumerate() {
+                let h = t * nq + kvh * g + j;
                 qs.copy_from_slice(&qg[h * 2 * hd..h * 2 * hd + hd]);
             }
             let kv = (&keys[kvh * hd..], &values[kvh * hd..]);
-            let mut acc = Acc { sc: &mut sc, o: &mut o, m: &mut m, l: &mut l };
             let whole = range.len() == sh.pos0 + t + 1;
-            piece(path, (&q, scale), g, hd, kv, stride, range, whole, &mut acc);
-            // SAFETY: item i owns these g (and g * hd) partial slots.
-            unsafe {
-                out_m.slice(i * g, g).copy_from_slice(&m);
-                out_l.slice(i * g, g).copy_from_slice(&l);
-                out_o.slice(i * g * hd, g * hd).copy_from_slice(&o);
+            piece(path, scale, g, hd, kv, stride, range, whole, &mut heads);
+            let np = sh.pieces(sh.pos0 + t + 1);
+            for k in 0..span {
+                let u = units_first[t] + (kvh + k) * np + p;
+                let (m, l, o) = heads.result(k);
+                // SAFETY: unit u, made by this item alone, owns these g (and g * hd) slots.
+                unsafe {
+                    out_m.slice(u * g, g).copy_from_slice(m);
+                    out_l.slice(u * g, g).copy_from_slice(l);
+                    out_o.slice(u * g * hd, g * hd).copy_from_slice(o);
+                }
             }
         }
     };
@@ -301,10 +313,72 @@ fn attend<E: KvElem>(
     } else {
         run(0, 1);
     }
-    merge(sh, &first, &pm, &pl, &po, attn);
+    merge(sh, &units_first, &pm, &pl, &po, attn);
 }
 
-/// Running online-softmax state of one work item (`g` heads).
+/// KV heads per decode work item: all of them when the pieces alone keep
+/// every worker busy, else one. A cache row holds every KV head's key (or
+/// value) side by side, so an item over all heads reads whole rows in one
+/// pass; items of one head each read a part of every row, and the cache
+/// lines the hardware fetches along with it (the other heads' parts) are
+/// gone again before their item comes. Every head's sums run the same steps
+/// either way, so the results do not depend on the span.
+fn heads_per_item(nkv: usize, pieces: usize, workers: usize) -> usize {
+    if pieces >= 2 * workers {
+        nkv
+    } else {
+        1
+    }
+}
+
+/// Working state of one work item: per KV head `k < span`, its `g` queries
+/// and their running online softmax.
+struct Heads {
+    g: usize,
+    hd: usize,
+    /// Queries, `[span, g, hd]`.
+    q: Vec<f32>,
+    /// Scores of one block, `[span, g, BLOCK]`.
+    sc: Vec<f32>,
+    /// Unnormalised outputs, `[span, g, hd]`.
+    o: Vec<f32>,
+    /// Running max score per head, `[span, g]`.
+    m: Vec<f32>,
+    /// Running sum of `exp(score - m)` per head, `[span, g]`.
+    l: Vec<f32>,
+}
+
+impl Heads {
+    fn new(span: usize, g: usize, hd: usize) -> Self {
+        let n = span * g;
+        let z = |len| vec![0.0f32; len];
+        Heads { g, hd, q: z(n * hd), sc: z(n * BLOCK), o: z(n * hd), m: z(n), l: z(n) }
+    }
+
+    fn span(&self) -> usize {
+        self.m.len() / self.g
+    }
+
+    /// KV head `k`'s queries and online-softmax state.
+    fn acc(&mut self, k: usize) -> (&[f32], Acc<'_>) {
+        let (g, hd) = (self.g, self.hd);
+        let acc = Acc {
+            sc: &mut self.sc[k * g * BLOCK..(k + 1) * g * BLOCK],
+            o: &mut self.o[k * g * hd..(k + 1) * g * hd],
+            m: &mut self.m[k * g..(k + 1) * g],
+            l: &mut self.l[k * g..(k + 1) * g],
+        };
+        (&self.q[k * g * hd..(k + 1) * g * hd], acc)
+    }
+
+    /// KV head `k`'s `(max, sum, output)` per query head.
+    fn result(&self, k: usize) -> (&[f32], &[f32], &[f32]) {
+        let (g, hd) = (self.g, self.hd);
+        (&self.m[k * g..(k + 1) * g], &self.l[k * g..(k + 1) * g], &self.o[k * g * hd..][..g * hd])
+    }
+}
+
+/// Running online-softmax state of one KV head's `g` query heads.
 struct Acc<'a> {
     /// Scores of one block, `[g, BLOCK]`.
     sc: &'a mut [f32],
@@ -316,81 +390,97 @@ struct Acc<'a> {
     l: &'a mut [f32],
 }
 
-/// Attends `g` queries (scores times `q.1`) over keys `range` (`kv`: keys
-/// and values from this KV head's first element, rows `stride` apart),
-/// block by block. When the range is the `whole` context and one block, the
+/// Attends each KV head of `heads` (`kv`: keys and values from the first
+/// one's first element, rows `stride` apart, the next heads `hd` further)
+/// over keys `range`, block by block and within a block head by head, scores
+/// times `scale`. When the range is the `whole` context and one block, the
 /// probabilities are normalised before the value sum (as a plain softmax
 /// does) and `l` is set to 1.
 #[allow(clippy::too_many_arguments)]
 fn piece<E: KvElem>(
     path: Path,
-    q: (&[f32], f32),
+    scale: f32,
     g: usize,
     hd: usize,
     kv: (&[E], &[E]),
     stride: usize,
     range: Range<usize>,
     whole: bool,
-    acc: &mut Acc<'_>,
+    heads: &mut Heads,
 ) {
-    acc.m.fill(f32::NEG_INFINITY);
-    acc.l.fill(0.0);
-    acc.o.fill(0.0);
+    heads.m.fill(f32::NEG_INFINITY);
+    heads.l.fill(0.0);
+    heads.o.fill(0.0);
+    let head_kv =
+        |k: usize, b0: usize| (&kv.0[k * hd + b0 * stride..], &kv.1[k * hd + b0 * stride..]);
     if whole && range.len() <= BLOCK {
-        let n = range.len();
-        attn::scores(
-            path,
-            q.0,
-            g,
-            hd,
-            &kv.0[range.start * stride..],
-            stride,
-            n,
-            acc.sc,
-            BLOCK,
-            q.1,
-        );
-        for gi in 0..g {
-            let row = &mut acc.sc[gi * BLOCK..gi * BLOCK + n];
-            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum = attn::exp_shift_sum(path, row, mx);
-            row.iter_mut().for_each(|p| *p /= sum);
-            (acc.m[gi], acc.l[gi]) = (mx, 1.0);
+        for k in 0..heads.span() {
+            let (q, acc) = heads.acc(k);
+            whole_block(path, (q, scale), g, hd, head_kv(k, range.start), stride, range.len(), acc);
         }
-        attn::accumulate(
-            path,
-            acc.sc,
-            BLOCK,
-            g,
-            hd,
-            &kv.1[range.start * stride..],
-            stride,
-            n,
-            acc.o,
-        );
         return;
     }
     let mut b0 = range.start;
     while b0 < range.end {
         let n = BLOCK.min(range.end - b0);
-        let off = b0 * stride;
-        attn::scores(path, q.0, g, hd, &kv.0[off..], stride, n, acc.sc, BLOCK, q.1);
-        for gi in 0..g {
-            let row = &mut acc.sc[gi * BLOCK..gi * BLOCK + n];
-            let bm = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            if bm > acc.m[gi] {
-                if acc.m[gi] > f32::NEG_INFINITY {
-                    let a = exp(acc.m[gi] - bm);
-                    acc.l[gi] *= a;
-                    acc.o[gi * hd..(gi + 1) * hd].iter_mut().for_each(|x| *x *= a);
-                }
-                acc.m[gi] = bm;
-            }
-            acc.l[gi] += attn::exp_shift_sum(path, row, acc.m[gi]);
+        for k in 0..heads.span() {
+            let (q, acc) = heads.acc(k);
+            block(path, (q, scale), g, hd, head_kv(k, b0), stride, n, acc);
         }
-        attn::accumulate(path, acc.sc, BLOCK, g, hd, &kv.1[off..], stride, n, acc.o);
         b0 += n;
     }
+}
+
+/// The whole context in one block of `n` keys: a plain softmax.
+#[allow(clippy::too_many_arguments)]
+fn whole_block<E: KvElem>(
+    path: Path,
+    q: (&[f32], f32),
+    g: usize,
+    hd: usize,
+    kv: (&[E], &[E]),
+    stride: usize,
+    n: usize,
+    acc: Acc<'_>,
+) {
+    attn::scores(path, q.0, g, hd, kv.0, stride, n, acc.sc, BLOCK, q.1);
+    for gi in 0..g {
+        let row = &mut acc.sc[gi * BLOCK..gi * BLOCK + n];
+        let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum = attn::exp_shift_sum(path, row, mx);
+        row.iter_mut().for_each(|p| *p /= sum);
+        (acc.m[gi], acc.l[gi]) = (mx, 1.0);
+    }
+    attn::accumulate(path, acc.sc, BLOCK, g, hd, kv.1, stride, n, acc.o);
+}
+
+/// One block of `n` keys folded into the running online softmax.
+#[allow(clippy::too_many_arguments)]
+fn block<E: KvElem>(
+    path: Path,
+    q: (&[f32], f32),
+    g: usize,
+    hd: usize,
+    kv: (&[E], &[E]),
+    stride: usize,
+    n: usize,
+    acc: Acc<'_>,
+) {
+    attn::scores(path, q.0, g, hd, kv.0, stride, n, acc.sc, BLOCK, q.1);
+    for gi in 0..g {
+        let row = &mut acc.sc[gi * BLOCK..gi * BLOCK + n];
+        let bm = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if bm > acc.m[gi] {
+            if acc.m[gi] > f32::NEG_INFINITY {
+                let a = exp(acc.m[gi] - bm);
+                acc.l[gi] *= a;
+                acc.o[gi * hd..(gi + 1) * hd].iter_mut().for_each(|x| *x *= a);
+            }
+            acc.m[gi] = bm;
+        }
+        acc.l[gi] += attn::exp_shift_sum(path, row, acc.m[gi]);
+    }
+    attn::accumulate(path, acc.sc, BLOCK, g, hd, kv.1, stride, n, acc.o);
 }
 
 /// Combines the pieces of every (token, KV head) into `attn`, in piece order
