@@ -98,8 +98,6 @@ LLAMA_VERSION=$("$BENCH" --version 2>&1 | grep -m1 version || true)
 say "llama.cpp: $LLAMA ($LLAMA_VERSION)"
 
 # 2. GGUFs: BF16 (scales folded in) -> Q4_0, Q4_K_M; NVFP4 unchanged when asked.
-python3 -c "import torch, numpy, transformers" 2>/dev/null \
-    || { echo "the converter needs torch, numpy and transformers: pip install torch numpy transformers" >&2; exit 1; }
 export PYTHONPATH=$LLAMA/gguf-py${PYTHONPATH:+:$PYTHONPATH}
 convert() { # HF_DIR OUT.gguf
     python3 "$HERE/bench_llamacpp_convert.py" "$LLAMA" "$1" \
@@ -108,19 +106,23 @@ convert() { # HF_DIR OUT.gguf
     mv "$2.part" "$2"
 }
 BF16=$WORK/$NAME-bf16.gguf
-if [ ! -f "$BF16" ]; then
+bf16() { # the BF16 GGUF, made once (only needed to quantize; it may be deleted after)
+    [ -f "$BF16" ] && return
+    python3 -c "import torch, numpy, transformers" 2>/dev/null \
+        || { echo "the converter needs torch, numpy and transformers: pip install torch numpy transformers" >&2; exit 1; }
     say "BF16 view of $PACK -> $WORK/$NAME-bf16-hf"
     python3 "$HERE/bench_llamacpp_hf.py" --bf16 "$PACK" "$WORK/$NAME-bf16-hf"
     say "converting to $BF16"
     convert "$WORK/$NAME-bf16-hf" "$BF16"
     rm -rf "$WORK/$NAME-bf16-hf" # an intermediate as large as the GGUF (18 GB for 9b)
-fi
-python3 "$HERE/bench_llamacpp_types.py" "$BF16" --expect bf16
+    python3 "$HERE/bench_llamacpp_types.py" "$BF16" --expect bf16
+}
 ENGINES=(kore)
 declare -A GGUFS
 for q in Q4_0 Q4_K_M; do
     out=$WORK/$NAME-$(echo "$q" | tr 'A-Z' 'a-z').gguf
     if [ ! -f "$out" ]; then
+        bf16
         say "llama-quantize $BF16 -> $out ($q)"
         "$QUANTIZE" "$BF16" "$out.part" "$q" >"$out.log" 2>&1 || { tail -20 "$out.log" >&2; exit 1; }
         mv "$out.part" "$out"

@@ -75,25 +75,29 @@ def main(argv):
                   f"{ld['before']}-{ld['after']} |")
             for e in llamas:
                 pp, tg, info = llama_figure(f"{out}/{e}-{test}-{r}.json")
-                speeds[e][0].append(pp)
-                ratios[e][0].append(kp / pp)
+                if pp is not None:  # None: tg only (KORE_BENCH_DEPTH_PREFILL=0)
+                    speeds[e][0].append(pp)
+                    ratios[e][0].append(kp / pp)
                 if tg is not None and not long_prompt:
                     speeds[e][1].append(tg)
                     ratios[e][1].append(kd / tg)
                 ld = loads[(e, str(r), test)]
                 tgs = "" if tg is None or long_prompt else f"{tg:.3f}"
                 rd = "" if tg is None or long_prompt else f"{kd / tg:.3f}"
-                print(f"| {r} | llama.cpp {e} | {pp:.2f} | {tgs} | {kp / pp:.3f} | {rd} | "
+                pps, rp = ("", "") if pp is None else (f"{pp:.2f}", f"{kp / pp:.3f}")
+                print(f"| {r} | llama.cpp {e} | {pps} | {tgs} | {rp} | {rd} | "
                       f"{ld['before']}-{ld['after']} |")
         print()
         for e in engines:
             p, d = speeds[e]
+            pre = f"prefill {statistics.median(p):.2f} tok/s" if p else "prefill not run"
             dec = f", decode {statistics.median(d):.3f} tok/s" if d else ""
-            print(f"median {e}: prefill {statistics.median(p):.2f} tok/s{dec}")
+            print(f"median {e}: {pre}{dec}")
         for e in llamas:
             p, d = ratios[e]
+            pre = f"prefill {statistics.median(p):.3f}" if p else "prefill not run"
             dec = f", decode {statistics.median(d):.3f}" if d else ""
-            print(f"median ratio ours / llama.cpp {e}: prefill {statistics.median(p):.3f}{dec}")
+            print(f"median ratio ours / llama.cpp {e}: {pre}{dec}")
         if not long_prompt:
             # Kore's own count (its report's kv_bytes_per_step: depth + prompt positions in
             # its KV precision) where the shapes' product must agree with it.

@@ -7,6 +7,8 @@
 #              kore-launch bench --native --json      (prefill 512 @ D, decode @ D + 512)
 #   llama.cpp: llama-bench -p 512 -n 128 -d D -r 1    (pp512 @ dD, tg128 @ dD)
 #   long:      Kore prompt N, 4 decode steps; llama-bench -p N -n 0 -r 1
+# With KORE_BENCH_DEPTH_PREFILL=0 llama.cpp runs only tg128 @ dD for D > 0 (`-p 0`): it then
+# prefills the D positions once, not twice (at D = 32768 about 10 minutes a GGUF on 2 cores).
 # then bench_llamacpp_depth.py prints the tables.
 
 DEPTHS=${KORE_BENCH_DEPTHS//,/ }
@@ -26,7 +28,9 @@ run_depth() { # ENGINE ROUND TEST (dD or pN)
             "$KORE" bench --native --model "$PACK" --threads "$THREADS" --mtp 0 --json \
             2>"$OUT/kore-$t-$r.log" | tail -1 >"$OUT/kore-$t-$r.json"
     else
-        "$BENCH" -m "${GGUFS[$e]}" -t "$THREADS" -p "$p" -n "$n" -d "$d" -r 1 -o json \
+        local lp=$p
+        [ "$d" != 0 ] && [ "${KORE_BENCH_DEPTH_PREFILL:-1}" = 0 ] && lp=0
+        "$BENCH" -m "${GGUFS[$e]}" -t "$THREADS" -p "$lp" -n "$n" -d "$d" -r 1 -o json \
             >"$OUT/$e-$t-$r.json" 2>"$OUT/$e-$t-$r.log"
     fi
     echo "$e $r $t after $(load)" >>"$OUT/load.txt"

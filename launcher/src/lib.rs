@@ -22,6 +22,7 @@ mod term;
 
 #[doc(hidden)]
 pub mod fuzz;
+pub mod huge_alloc;
 
 use clap::Parser;
 
