@@ -95,30 +95,6 @@ mod tests {
         assert_eq!(advised_range(usize::MAX - MIB, 8 * MIB), None, "no overflow");
     }
 
-    /// The `VmFlags` of the smaps entry holding `addr`.
-    fn vm_flags(addr: usize) -> String {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        for line in smaps.lines() {
-            if let Some((range, _)) = line.split_once(' ') {
-                if let Some((s, e)) = range.split_once('-') {
-                    if let (Ok(s), Ok(e)) =
-                        (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16))
-                    {
-                        inside = (s..e).contains(&addr);
-                        continue;
-                    }
-                }
-            }
-            if inside {
-                if let Some(flags) = line.strip_prefix("VmFlags:") {
-                    return flags.trim().to_owned();
-                }
-            }
-        }
-        panic!("no smaps entry holds {addr:#x}")
-    }
-
     #[test]
     fn a_large_allocation_is_advised() {
         // The test binary's allocator is the system's: call ours directly.
@@ -127,7 +103,7 @@ mod tests {
         let p = unsafe { HugeAdvised.alloc_zeroed(layout) };
         assert!(!p.is_null());
         let (start, _) = advised_range(p as usize, layout.size()).unwrap();
-        let flags = vm_flags(start);
+        let flags = kore_pack::safetensors::smaps_field(start, "VmFlags").unwrap();
         // SAFETY: allocated above with `layout`.
         unsafe { HugeAdvised.dealloc(p, layout) };
         assert!(flags.split(' ').any(|f| f == "hg"), "no MADV_HUGEPAGE (hg) in {flags}");

@@ -413,48 +413,21 @@ fn piece<E: KvElem>(
     heads.o.fill(0.0);
     let head_kv =
         |k: usize, b0: usize| (&kv.0[k * hd + b0 * stride..], &kv.1[k * hd + b0 * stride..]);
-    if whole && range.len() <= BLOCK {
-        for k in 0..heads.span() {
-            let (q, acc) = heads.acc(k);
-            whole_block(path, (q, scale), g, hd, head_kv(k, range.start), stride, range.len(), acc);
-        }
-        return;
-    }
+    let whole = whole && range.len() <= BLOCK;
     let mut b0 = range.start;
     while b0 < range.end {
         let n = BLOCK.min(range.end - b0);
         for k in 0..heads.span() {
             let (q, acc) = heads.acc(k);
-            block(path, (q, scale), g, hd, head_kv(k, b0), stride, n, acc);
+            block(path, (q, scale), g, hd, head_kv(k, b0), stride, n, whole, acc);
         }
         b0 += n;
     }
 }
 
-/// The whole context in one block of `n` keys: a plain softmax.
-#[allow(clippy::too_many_arguments)]
-fn whole_block<E: KvElem>(
-    path: Path,
-    q: (&[f32], f32),
-    g: usize,
-    hd: usize,
-    kv: (&[E], &[E]),
-    stride: usize,
-    n: usize,
-    acc: Acc<'_>,
-) {
-    attn::scores(path, q.0, g, hd, kv.0, stride, n, acc.sc, BLOCK, q.1);
-    for gi in 0..g {
-        let row = &mut acc.sc[gi * BLOCK..gi * BLOCK + n];
-        let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum = attn::exp_shift_sum(path, row, mx);
-        row.iter_mut().for_each(|p| *p /= sum);
-        (acc.m[gi], acc.l[gi]) = (mx, 1.0);
-    }
-    attn::accumulate(path, acc.sc, BLOCK, g, hd, kv.1, stride, n, acc.o);
-}
-
-/// One block of `n` keys folded into the running online softmax.
+/// One block of `n` keys folded into each query head's running online
+/// softmax ([`tiles::softmax_step`], as prefill tiles fold theirs); `whole`:
+/// the block is the whole context, normalised at once.
 #[allow(clippy::too_many_arguments)]
 fn block<E: KvElem>(
     path: Path,
@@ -464,21 +437,14 @@ fn block<E: KvElem>(
     kv: (&[E], &[E]),
     stride: usize,
     n: usize,
+    whole: bool,
     acc: Acc<'_>,
 ) {
     attn::scores(path, q.0, g, hd, kv.0, stride, n, acc.sc, BLOCK, q.1);
     for gi in 0..g {
         let row = &mut acc.sc[gi * BLOCK..gi * BLOCK + n];
-        let bm = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        if bm > acc.m[gi] {
-            if acc.m[gi] > f32::NEG_INFINITY {
-                let a = exp(acc.m[gi] - bm);
-                acc.l[gi] *= a;
-                acc.o[gi * hd..(gi + 1) * hd].iter_mut().for_each(|x| *x *= a);
-            }
-            acc.m[gi] = bm;
-        }
-        acc.l[gi] += attn::exp_shift_sum(path, row, acc.m[gi]);
+        let o = &mut acc.o[gi * hd..(gi + 1) * hd];
+        tiles::softmax_step(path, row, whole, &mut acc.m[gi], &mut acc.l[gi], o);
     }
     attn::accumulate(path, acc.sc, BLOCK, g, hd, kv.1, stride, n, acc.o);
 }

@@ -12,7 +12,7 @@ pub use kore_pack_format::safetensors::{
     parse_header, HeaderLimits, SafetensorsHeader, TensorIndex, TensorInfo, MAX_HEADER_BYTES,
 };
 pub use kore_pack_format::DType;
-pub use resident::{anon_huge_bytes, mem_available, Residency};
+pub use resident::{anon_huge_bytes, mem_available, smaps_field, Residency};
 pub(crate) use writer::hex as hex_digest;
 pub use writer::{SafetensorsWriter, TensorSpec, PAD_PREFIX};
 

@@ -130,8 +130,22 @@ pub fn anon_huge_bytes(addr: usize) -> Option<u64> {
     smaps_anon_huge(&text, addr)
 }
 
+/// The value of `field` (e.g. `VmFlags`, `AnonHugePages`) in this process's
+/// `/proc/self/smaps` entry whose range holds `addr`, trimmed.
+pub fn smaps_field(addr: usize, field: &str) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    smaps_entry_field(&text, addr, field).map(str::to_owned)
+}
+
 /// The `AnonHugePages` field (bytes) of the smaps entry whose range holds `addr`.
 fn smaps_anon_huge(smaps: &str, addr: usize) -> Option<u64> {
+    let kib: u64 =
+        smaps_entry_field(smaps, addr, "AnonHugePages")?.split_whitespace().next()?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// `field`'s value in the smaps entry whose range holds `addr`.
+fn smaps_entry_field<'a>(smaps: &'a str, addr: usize, field: &str) -> Option<&'a str> {
     let mut inside = false;
     for line in smaps.lines() {
         let range = line.split_once(' ').and_then(|(r, _)| r.split_once('-'));
@@ -144,9 +158,8 @@ fn smaps_anon_huge(smaps: &str, addr: usize) -> Option<u64> {
             }
         }
         if inside {
-            if let Some(rest) = line.strip_prefix("AnonHugePages:") {
-                let kib: u64 = rest.split_whitespace().next()?.parse().ok()?;
-                return Some(kib * 1024);
+            if let Some(value) = line.strip_prefix(field).and_then(|r| r.strip_prefix(':')) {
+                return Some(value.trim());
             }
         }
     }

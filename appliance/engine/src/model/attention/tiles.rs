@@ -131,8 +131,16 @@ pub(super) fn attend_tiles<E: KvElem>(
 /// One block's scores of one query row (`row`: its keys in the block) into
 /// probabilities, updating its running max `m`, sum `l` and output `o`
 /// (rescaled when the max grows). A row whose `whole` context fits one block
-/// is normalised at once (`l = 1`), as `attention::piece` does.
-fn softmax_step(path: Path, row: &mut [f32], whole: bool, m: &mut f32, l: &mut f32, o: &mut [f32]) {
+/// is normalised at once (`l = 1`). Decode's blocks (`attention::block`) take
+/// the same step.
+pub(super) fn softmax_step(
+    path: Path,
+    row: &mut [f32],
+    whole: bool,
+    m: &mut f32,
+    l: &mut f32,
+    o: &mut [f32],
+) {
     let bm = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if whole && *m == f32::NEG_INFINITY {
         let sum = attn::exp_shift_sum(path, row, bm);
