@@ -75,7 +75,9 @@ fn doctor(
     vf: Option<&str>,
 ) -> Report {
     let root = SysRoot::new(tree.root());
-    let budget = Budget::compute(&tree.real("/pack"), 1024).map_err(|e| e.to_string());
+    let budget =
+        Budget::compute(&tree.real("/pack"), 1024, kore_engine::state::KvPrecision::default())
+            .map_err(|e| e.to_string());
     let vf = vf.map(String::from);
     let guest_cpu = kore_vmm::GuestCpu::Host;
     let kvm_access = host::kvm_access::inspect(&root);

@@ -10,6 +10,7 @@ use host::hugepages::{pages_for, read_pool, reserve, HugepageSize, Pool};
 use host::sizing::{Budget, HEAP_BYTES, KERNEL_BYTES};
 use host::{Changes, HostError};
 use host_support::{w, FakeKernel, Tree};
+use kore_engine::state::KvPrecision::{self, F32};
 
 const MIB: u64 = 1 << 20;
 const NR_2M: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
@@ -182,12 +183,17 @@ fn budget_follows_the_documented_formula() {
     let tree = Tree::new();
     let dir = write_model(&tree, "m", CONFIG);
     let weights = 10_000 + CONFIG.len() as u64;
-    let b = Budget::compute(&dir, 1000).unwrap();
+    let b = Budget::compute(&dir, 1000, F32).unwrap();
     assert_eq!(b.weights, weights);
     // 8 sequences of 1000 positions share the cache; room to double x (1 full + 1 MTP layer)
     // x K,V x 2 heads x 64 dims x 4 bytes per position.
     assert_eq!(b.kv_tokens, 8000);
     assert_eq!(b.kv_cache, 2 * 8000 * 2 * 2 * 2 * 64 * 4);
+    assert!(b.lines()[1].contains("f32, room to double"), "{:?}", b.lines());
+    // The default f16 cache (what the appliance runs without KORE_KV) needs half.
+    let f16 = Budget::compute(&dir, 1000, KvPrecision::default()).unwrap();
+    assert_eq!(f16.kv_cache, b.kv_cache / 2);
+    assert!(f16.lines()[1].contains("f16, room to double"), "{:?}", f16.lines());
     assert_eq!(b.sessions, b.kv_cache, "kept sessions: at most the KV cache, at most 512 MiB");
     // 3 linear layers x (4 x 32 x 32 state + 3 x (2x2x32 + 4x32) conv) x 4 bytes.
     assert_eq!(b.recurrent_state, 3 * (4 * 32 * 32 + 3 * (2 * 2 * 32 + 4 * 32)) * 4);
@@ -204,7 +210,7 @@ fn budget_follows_the_documented_formula() {
 fn budget_caps_the_context_and_honours_memory() {
     let tree = Tree::new();
     let dir = write_model(&tree, "m", CONFIG);
-    let b = Budget::compute(&dir, 100_000).unwrap();
+    let b = Budget::compute(&dir, 100_000, F32).unwrap();
     assert_eq!(b.context, 2048);
     assert!(b.notes[0].contains("above the model's maximum 2048"));
     let small = b.clone().with_memory(Some(64 * MIB));
@@ -217,7 +223,7 @@ fn budget_reads_a_pack_toml_and_falls_back_without_a_shape() {
     let tree = Tree::new();
     let toml = "format_version = 1\nname = \"t\"\n[config]\nnum_hidden_layers = 8\nfull_attention_interval = 4\nnum_key_value_heads = 1\nhead_dim = 16\n";
     let dir = write_model(&tree, "p", toml);
-    let b = Budget::compute(&dir, 10).unwrap();
+    let b = Budget::compute(&dir, 10, F32).unwrap();
     let shape = b.shape.unwrap();
     assert_eq!((shape.full_layers, shape.linear_layers), (2, 6));
     assert_eq!(b.kv_cache, 2 * 80 * 2 * 2 * 16 * 4);
@@ -226,12 +232,12 @@ fn budget_reads_a_pack_toml_and_falls_back_without_a_shape() {
 
     let bare = tree.real("/bare");
     tree.file("/bare/weights.bin", &"y".repeat(4000));
-    let b = Budget::compute(&bare, 10).unwrap();
+    let b = Budget::compute(&bare, 10, F32).unwrap();
     assert_eq!((b.kv_cache, b.shape), (1000, None));
     assert_eq!(b.weights, 4000);
     assert!(b.notes[0].contains("no model shape"));
 
-    let err = Budget::compute(&tree.real("/missing"), 10).unwrap_err();
+    let err = Budget::compute(&tree.real("/missing"), 10, F32).unwrap_err();
     assert!(matches!(err, HostError::Pack { .. }) && err.to_string().contains("--model"), "{err}");
 }
 
@@ -240,12 +246,12 @@ fn an_moe_pack_sizes_its_grouped_activations_and_says_it_holds_every_expert() {
     let tree = Tree::new();
     let toml = "format_version = 1\nname = \"t\"\n[config]\nnum_hidden_layers = 4\nhidden_size = 2048\nnum_key_value_heads = 2\nhead_dim = 256\n[config.moe]\nnum_experts = 256\nnum_experts_per_tok = 8\nmoe_intermediate_size = 512\nshared_expert_intermediate_size = 512\n";
     let dir = write_model(&tree, "moe", toml);
-    let b = Budget::compute(&dir, 10).unwrap();
+    let b = Budget::compute(&dir, 10, F32).unwrap();
     // 512 chunk tokens x 8 experts x (2 x 2048 + 2 x 512) x 4 bytes.
     assert_eq!(b.heap, HEAP_BYTES + 512 * 8 * (2 * 2048 + 2 * 512) * 4);
     assert!(b.notes.iter().any(|n| n.contains("every expert")), "{:?}", b.notes);
     let dense = write_model(&tree, "dense", CONFIG);
-    assert_eq!(Budget::compute(&dense, 10).unwrap().heap, HEAP_BYTES);
+    assert_eq!(Budget::compute(&dense, 10, F32).unwrap().heap, HEAP_BYTES);
 }
 
 /// `doctor`/`setup` count exactly the RAM the VMM allocates at boot: the
@@ -261,7 +267,7 @@ fn budget_equals_what_the_vmm_allocates_for_the_default_pack() {
         .collect();
     let (_, pack_bytes) = kore_vmm::preload::plan(&files).unwrap();
     for context in [512, 4096, 65536] {
-        let b = Budget::compute(&pack, context).unwrap();
+        let b = Budget::compute(&pack, context, F32).unwrap();
         assert_eq!(b.weights, pack_bytes);
         let own = b.own_memory().div_ceil(2 * MIB) * 2 * MIB;
         for (size, page) in [(HugepageSize::M2, 2 * MIB), (HugepageSize::G1, 1 << 30)] {

@@ -217,7 +217,9 @@ fn a_device_without_a_group_needs_the_iommu() {
 
 fn plan(tree: &Tree, gpu: Option<&str>, vf: Option<&str>) -> Plan {
     tree.file("/pack/weights.safetensors", &"w".repeat(3 << 20));
-    let budget = Budget::compute(&tree.real("/pack"), 16).unwrap();
+    let budget =
+        Budget::compute(&tree.real("/pack"), 16, kore_engine::state::KvPrecision::default())
+            .unwrap();
     Plan {
         budget,
         hugepage_size: HugepageSize::M2,

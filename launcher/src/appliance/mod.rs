@@ -295,10 +295,14 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
         HugepageSize::Off => kore_vmm::HugePageSize::Off,
     };
     // One sizing (host::sizing) gives the guest's memory and what it is told on its command line.
-    let budget = crate::host::sizing::Budget::compute(pack, settings.context)
-        .map_err(|e| LaunchError::Model(e.to_string()))?
-        .with_cache(settings.cache)
-        .with_memory(settings.memory);
+    let budget = crate::host::sizing::Budget::compute(
+        pack,
+        settings.context,
+        crate::engine_options::current().kv,
+    )
+    .map_err(|e| LaunchError::Model(e.to_string()))?
+    .with_cache(settings.cache)
+    .with_memory(settings.memory);
     if crate::engine_options::current().kernels == Some(kore_engine::simd::Path::Amx) {
         return Err(LaunchError::Usage(
             "KORE_KERNELS=amx runs with --native only: the guest does not enable the AMX tile \

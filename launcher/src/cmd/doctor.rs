@@ -17,7 +17,10 @@ pub fn run(flag: JsonFlag) -> Result<()> {
     let root = sysroot();
     let budget = crate::model::effective_path(&settings)
         .map_err(|e| e.to_string())
-        .and_then(|model| Budget::compute(&model, settings.context).map_err(|e| e.to_string()))
+        .and_then(|model| {
+            Budget::compute(&model, settings.context, crate::engine_options::current().kv)
+                .map_err(|e| e.to_string())
+        })
         .map(|b| b.with_cache(settings.cache).with_memory(settings.memory));
     let inputs = Inputs {
         sys: &root,

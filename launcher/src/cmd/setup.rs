@@ -23,7 +23,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     };
     let settings = config::effective(&overrides)?;
     let model = crate::model::effective_path(&settings)?;
-    let budget = Budget::compute(&model, settings.context)
+    let budget = Budget::compute(&model, settings.context, crate::engine_options::current().kv)
         .map_err(host_error)?
         .with_cache(settings.cache)
         .with_memory(settings.memory);

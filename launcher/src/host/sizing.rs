@@ -10,7 +10,9 @@
 //! kv_tokens       = max(context, 8 x min(context, 4096)): the KV positions all running
 //!                   sequences share (the guest queues requests beyond them)
 //! kv_cache        = 2 (growth headroom) x kv_tokens x (full-attention layers + MTP layers)
-//!                   x 2 (K and V) x kv_heads x head_dim x 4 bytes (the engine's f32 cache)
+//!                   x 2 (K and V) x kv_heads x head_dim x bytes per element of the KV
+//!                   precision the appliance runs with (`KORE_KV`: f16 by default, 2 bytes;
+//!                   f32, 4)
 //! sessions        = the prefix cache's memory budget (config key `cache`, `--cache`,
 //!                   KORE_CACHE; default 512 MiB): checkpoints, LRU beyond it
 //! recurrent_state = linear-attention layers x ( v_heads x k_dim x v_dim x 4 bytes (f32 state)
@@ -36,15 +38,13 @@
 
 use super::hugepages::HugepageSize;
 use super::HostError;
+use kore_engine::state::KvPrecision;
 use kore_vmm::memory::RamPlan;
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
-/// Bytes per KV-cache element the sizing allows: f32's, the larger of the two
-/// (`KORE_KV=f32`); the default f16 (`kore_engine::state::KvPrecision`) needs half.
-pub const KV_BYTES: u64 = 4;
 /// The KV cache grows by doubling (`Vec`), so it may hold up to twice what it uses.
 pub const KV_GROWTH: u64 = 2;
 /// Sequences the guest decodes together at most (kore-appliance's default).
@@ -95,9 +95,9 @@ pub struct ModelShape {
 }
 
 impl ModelShape {
-    /// KV-cache bytes per token of context (without growth headroom).
-    pub fn kv_bytes_per_token(&self) -> u64 {
-        (self.full_layers + self.mtp_layers) * 2 * self.kv_heads * self.head_dim * KV_BYTES
+    /// KV-cache bytes per token of context in precision `kv` (without growth headroom).
+    pub fn kv_bytes_per_token(&self, kv: KvPrecision) -> u64 {
+        (self.full_layers + self.mtp_layers) * 2 * self.kv_heads * self.head_dim * kv.bytes() as u64
     }
 
     /// Recurrent state bytes (independent of the context).
@@ -123,6 +123,8 @@ pub struct Budget {
     pub kv_cache: u64,
     /// KV positions the running sequences share (the guest's admission budget).
     pub kv_tokens: u64,
+    /// The KV cache's precision the budget is for.
+    pub kv: KvPrecision,
     /// Kept session states.
     pub sessions: u64,
     /// Linear-attention state.
@@ -193,8 +195,9 @@ impl Budget {
         self
     }
 
-    /// Sizes the model at `pack` for `context` tokens.
-    pub fn compute(pack: &Path, context: u64) -> Result<Budget, HostError> {
+    /// Sizes the model at `pack` for `context` tokens with a KV cache in precision `kv`
+    /// (the appliance's: `engine_options::current().kv`).
+    pub fn compute(pack: &Path, context: u64, kv: KvPrecision) -> Result<Budget, HostError> {
         let err = |reason: String| HostError::Pack { path: pack.to_path_buf(), reason };
         if !pack.is_dir() {
             return Err(err("not a directory".to_string()));
@@ -213,7 +216,7 @@ impl Budget {
                     context = max;
                 }
                 kv_tokens = context.max(BATCH_SEQUENCES * context.min(BATCH_CONTEXT));
-                (KV_GROWTH * kv_tokens * shape.kv_bytes_per_token(), shape.recurrent_bytes())
+                (KV_GROWTH * kv_tokens * shape.kv_bytes_per_token(kv), shape.recurrent_bytes())
             }
             None => {
                 notes.push(
@@ -236,6 +239,7 @@ impl Budget {
             weights,
             kv_cache,
             kv_tokens,
+            kv,
             sessions: kv_cache.min(SESSION_BYTES),
             recurrent_state,
             heap: HEAP_BYTES + moe_heap,
@@ -255,10 +259,11 @@ impl Budget {
                 self.pack.display()
             ),
             format!(
-                "KV cache         {:>10}  ({} positions shared by the running sequences, context {}; f32, room to double)",
+                "KV cache         {:>10}  ({} positions shared by the running sequences, context {}; {}, room to double)",
                 mib(self.kv_cache),
                 self.kv_tokens,
-                self.context
+                self.context,
+                self.kv.name()
             ),
             format!("recurrent state  {:>10}", mib(self.recurrent_state)),
             format!("sessions         {:>10}  (prefix cache checkpoints)", mib(self.sessions)),
