@@ -31,7 +31,8 @@ pub use vm::{BootOptions, BootReport};
 use crate::client::{Client, Connection};
 use crate::config::Settings;
 use crate::error::{ApplianceError, LaunchError, Result};
-use crate::host::HugepageSize;
+use crate::host::sizing::Budget;
+use crate::host::{HostError, HugepageSize};
 
 /// File name of the vsock socket in a runtime directory.
 pub const SOCKET_NAME: &str = "kore.sock";
@@ -284,9 +285,18 @@ impl Drop for ShutOnDrop {
     }
 }
 
+/// The guest memory budget the appliance boots with: `settings`' context,
+/// prefix cache and memory, and the KV precision it runs (`engine_options`,
+/// which the guest is also told). The boot, `setup` and `doctor` size with this.
+pub fn budget(pack: &Path, settings: &Settings) -> std::result::Result<Budget, HostError> {
+    Ok(Budget::compute(pack, settings.context, crate::engine_options::current().kv)?
+        .with_cache(settings.cache)
+        .with_memory(settings.memory))
+}
+
 /// Boot options from the effective settings: guest RAM is `settings.memory`
 /// or enough for the pack's state at `settings.context` tokens
-/// (`host::sizing::Budget::own_memory`, the sizing `setup` and `doctor` use).
+/// (`host::sizing::Budget::own_memory` of [`budget`], the sizing `setup` and `doctor` use).
 pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result<BootOptions> {
     vm::check_pack(pack)?;
     let hugepages = match settings.hugepage_size {
@@ -295,14 +305,7 @@ pub fn boot_options(settings: &Settings, pack: &Path, socket: PathBuf) -> Result
         HugepageSize::Off => kore_vmm::HugePageSize::Off,
     };
     // One sizing (host::sizing) gives the guest's memory and what it is told on its command line.
-    let budget = crate::host::sizing::Budget::compute(
-        pack,
-        settings.context,
-        crate::engine_options::current().kv,
-    )
-    .map_err(|e| LaunchError::Model(e.to_string()))?
-    .with_cache(settings.cache)
-    .with_memory(settings.memory);
+    let budget = budget(pack, settings).map_err(|e| LaunchError::Model(e.to_string()))?;
     if crate::engine_options::current().kernels == Some(kore_engine::simd::Path::Amx) {
         return Err(LaunchError::Usage(
             "KORE_KERNELS=amx runs with --native only: the guest does not enable the AMX tile \

@@ -7,7 +7,6 @@ use crate::config::{self, Overrides};
 use crate::error::{LaunchError, Result};
 use crate::host::checks::{self, Check, Inputs, Report, Status};
 use crate::host::cpu::CpuFeatures;
-use crate::host::sizing::Budget;
 use crate::host::{kvm, kvm_access};
 use std::io::Write;
 
@@ -17,11 +16,7 @@ pub fn run(flag: JsonFlag) -> Result<()> {
     let root = sysroot();
     let budget = crate::model::effective_path(&settings)
         .map_err(|e| e.to_string())
-        .and_then(|model| {
-            Budget::compute(&model, settings.context, crate::engine_options::current().kv)
-                .map_err(|e| e.to_string())
-        })
-        .map(|b| b.with_cache(settings.cache).with_memory(settings.memory));
+        .and_then(|model| crate::appliance::budget(&model, &settings).map_err(|e| e.to_string()));
     let inputs = Inputs {
         sys: &root,
         kvm: kvm::probe(&root),

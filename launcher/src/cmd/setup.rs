@@ -9,7 +9,6 @@ use crate::error::{LaunchError, Result};
 use crate::host::changes::running_as_root;
 use crate::host::kvm_access;
 use crate::host::prepare::{prepare, Plan};
-use crate::host::sizing::Budget;
 use crate::host::{Changes, HostError, SysRoot};
 
 /// Runs `setup`.
@@ -23,10 +22,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     };
     let settings = config::effective(&overrides)?;
     let model = crate::model::effective_path(&settings)?;
-    let budget = Budget::compute(&model, settings.context, crate::engine_options::current().kv)
-        .map_err(host_error)?
-        .with_cache(settings.cache)
-        .with_memory(settings.memory);
+    let budget = crate::appliance::budget(&model, &settings).map_err(host_error)?;
     // An explicit --vf wins; with --gpu the first new VF; otherwise the configured `vf`.
     let vf = match (&config::vf_flag(), &args.gpu) {
         (Some(_), _) | (None, None) => settings.vf.clone(),

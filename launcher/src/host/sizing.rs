@@ -196,7 +196,7 @@ impl Budget {
     }
 
     /// Sizes the model at `pack` for `context` tokens with a KV cache in precision `kv`
-    /// (the appliance's: `engine_options::current().kv`).
+    /// (the appliance's: `appliance::budget`).
     pub fn compute(pack: &Path, context: u64, kv: KvPrecision) -> Result<Budget, HostError> {
         let err = |reason: String| HostError::Pack { path: pack.to_path_buf(), reason };
         if !pack.is_dir() {
