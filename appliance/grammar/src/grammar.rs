@@ -171,7 +171,7 @@ impl Grammar {
         let mut g = Grammar::empty(options);
         let mut c = Compiler::new(&mut g, schema);
         let root = c.compile_root()?;
-        let ignored = c.into_ignored();
+        let ignored = c.finish("")?;
         g.body = Body::Json(root);
         g.ignored.extend(ignored);
         Ok(g)

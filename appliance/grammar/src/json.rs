@@ -9,6 +9,7 @@
 //! position and its last value, as Python's `json.loads` does. Numbers keep
 //! their text, so a big integer or `1.0` prints as Python would print it.
 
+use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
@@ -316,6 +317,9 @@ impl Parser<'_> {
     fn object(&mut self, depth: usize) -> Result<Value, JsonError> {
         self.at += 1;
         let mut members: Vec<(String, Value)> = Vec::new();
+        // Position of each key in `members`: a repeated key is found in
+        // O(log n), so a body of many keys cannot cost O(n²).
+        let mut index: BTreeMap<String, usize> = BTreeMap::new();
         self.ws();
         if self.eat(b"}") {
             return Ok(Value::Object(members));
@@ -332,9 +336,12 @@ impl Parser<'_> {
             }
             self.ws();
             let v = self.value(depth + 1)?;
-            match members.iter_mut().find(|(k, _)| *k == key) {
-                Some(slot) => slot.1 = v,
-                None => members.push((key, v)),
+            match index.get(&key) {
+                Some(&i) => members[i].1 = v,
+                None => {
+                    index.insert(key.clone(), members.len());
+                    members.push((key, v));
+                }
             }
             self.ws();
             if self.eat(b"}") {

@@ -8,7 +8,9 @@
 //! `#/definitions/..` (recursion included); annotations (`title`,
 //! `description`, `default`, `examples`, ...) and unknown keywords are
 //! ignored. Assertions not enforced (`pattern`, `format`, `minLength`,
-//! `minimum`, `oneOf`, ...) are a [`GrammarError::Unsupported`] naming them.
+//! `minimum`, `oneOf`, ...) are a [`GrammarError::Unsupported`] naming them;
+//! so are more than [`MAX_ALTERNATIVES`] shapes for one value and nesting
+//! past [`MAX_NESTING`]. A `$ref` loop that never reaches a value is invalid.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -54,6 +56,15 @@ const UNSUPPORTED: [&str; 27] = [
 /// Most properties one object may declare.
 pub const MAX_PROPERTIES: usize = 62;
 
+/// Most schemas nested inside one another, `$ref`s followed included: the
+/// compiler recurses once per level, so a long `$ref` chain in an HTTP body
+/// cannot exhaust the stack.
+pub const MAX_NESTING: usize = 256;
+
+/// Most shapes one value may fork into through nested `anyOf`s, `$ref`s and
+/// type lists (each one is a thread the matcher advances on every byte).
+pub const MAX_ALTERNATIVES: u64 = 1024;
+
 /// Compiles one schema document into a grammar's nodes.
 pub(crate) struct Compiler<'g, 'v> {
     g: &'g mut Grammar,
@@ -61,6 +72,13 @@ pub(crate) struct Compiler<'g, 'v> {
     /// Node of each `$ref` target compiled so far.
     refs: BTreeMap<String, NodeId>,
     ignored: Vec<String>,
+    /// Schemas being compiled, one inside the other.
+    depth: usize,
+    /// The first node this compiler added.
+    first: usize,
+    /// Members by key of each object a `$ref` went through, built once, so
+    /// many `$ref`s into a large `$defs` cost O(log n) each.
+    members: BTreeMap<*const Value, BTreeMap<&'v str, &'v Value>>,
 }
 
 fn invalid(what: impl Into<String>, at: &str) -> GrammarError {
@@ -79,15 +97,20 @@ fn is_type(v: &Value, t: &str) -> bool {
 
 impl<'g, 'v> Compiler<'g, 'v> {
     pub(crate) fn new(g: &'g mut Grammar, doc: &'v Value) -> Self {
-        Compiler { g, doc, refs: BTreeMap::new(), ignored: Vec::new() }
+        let first = g.nodes.len();
+        let (refs, members) = (BTreeMap::new(), BTreeMap::new());
+        Compiler { g, doc, refs, ignored: Vec::new(), depth: 0, first, members }
     }
 
     pub(crate) fn grammar(&mut self) -> &mut Grammar {
         self.g
     }
 
-    pub(crate) fn into_ignored(self) -> Vec<String> {
-        self.ignored
+    /// The keywords ignored, once the alternatives are checked
+    /// ([`check_alternatives`]); `at` names the document in errors.
+    pub(crate) fn finish(self, at: &str) -> Result<Vec<String>, GrammarError> {
+        check_alternatives(&self.g.nodes, self.first, at)?;
+        Ok(self.ignored)
     }
 
     pub(crate) fn compile_root(&mut self) -> Result<NodeId, GrammarError> {
@@ -99,7 +122,7 @@ impl<'g, 'v> Compiler<'g, 'v> {
         if let Some(&id) = self.refs.get(pointer) {
             return Ok(id);
         }
-        let target = resolve(self.doc, pointer).ok_or_else(|| {
+        let target = self.resolve(pointer).ok_or_else(|| {
             invalid(format!("$ref {pointer:?} does not resolve in this document"), at)
         })?;
         // Reserve the node first so that recursion refers to it.
@@ -111,6 +134,30 @@ impl<'g, 'v> Compiler<'g, 'v> {
         Ok(id)
     }
 
+    /// The value at a `$ref` pointer (`#`, `#/a/b`, with `~0`/`~1` escapes).
+    fn resolve(&mut self, pointer: &str) -> Option<&'v Value> {
+        let path = pointer.strip_prefix('#')?;
+        let mut at = self.doc;
+        if path.is_empty() {
+            return Some(at);
+        }
+        for part in path.strip_prefix('/')?.split('/') {
+            let key = part.replace("~1", "/").replace("~0", "~");
+            at = match at {
+                Value::Object(m) => {
+                    let index = self
+                        .members
+                        .entry(at as *const Value)
+                        .or_insert_with(|| m.iter().map(|(k, v)| (k.as_str(), v)).collect());
+                    *index.get(key.as_str())?
+                }
+                Value::Array(a) => a.get(key.parse::<usize>().ok()?)?,
+                _ => return None,
+            };
+        }
+        Some(at)
+    }
+
     /// Compiles `schema` at `at` to a new node id.
     pub(crate) fn compile(&mut self, schema: &Value, at: &str) -> Result<NodeId, GrammarError> {
         let node = self.node(schema, at)?;
@@ -118,6 +165,19 @@ impl<'g, 'v> Compiler<'g, 'v> {
     }
 
     fn node(&mut self, schema: &Value, at: &str) -> Result<Node, GrammarError> {
+        if self.depth == MAX_NESTING {
+            return Err(GrammarError::Unsupported {
+                keyword: format!("schemas nested more than {MAX_NESTING} deep ($refs followed)"),
+                at: at.to_string(),
+            });
+        }
+        self.depth += 1;
+        let node = self.node_at_depth(schema, at);
+        self.depth -= 1;
+        node
+    }
+
+    fn node_at_depth(&mut self, schema: &Value, at: &str) -> Result<Node, GrammarError> {
         let m = match schema {
             Value::Bool(true) => return Ok(Node::Any),
             Value::Bool(false) => return Err(invalid("the schema `false` allows nothing", at)),
@@ -301,6 +361,69 @@ impl<'g, 'v> Compiler<'g, 'v> {
     }
 }
 
+/// Refuses `anyOf` / `$ref` alternatives that lead back to themselves
+/// before any value is read (`{"$ref":"#"}`: the schema never says what the
+/// value is, and a matcher would fork forever), and a value that forks into
+/// more than [`MAX_ALTERNATIVES`] shapes, among the nodes from `first` on
+/// (one compiler's: they refer to no node before `first` but the shared
+/// ones, which are not `anyOf`). Iterative: chains may be long.
+fn check_alternatives(nodes: &[Node], first: usize, at: &str) -> Result<(), GrammarError> {
+    const NEW: u64 = u64::MAX;
+    const OPEN: u64 = u64::MAX - 1;
+    let alts_of = |id: usize| match &nodes[id] {
+        Node::AnyOf(alts) if id >= first => &alts[..],
+        _ => &[],
+    };
+    // Per node from `first`: NEW, OPEN (on the path being walked), else its shape count.
+    let mut shapes = alloc::vec![NEW; nodes.len() - first];
+    let shape = |shapes: &[u64], id: usize| if id < first { 1 } else { shapes[id - first] };
+    for start in first..nodes.len() {
+        if shapes[start - first] != NEW {
+            continue;
+        }
+        let mut path: Vec<(usize, usize)> = alloc::vec![(start, 0)];
+        shapes[start - first] = OPEN;
+        while let Some(&(id, next)) = path.last() {
+            let alts = alts_of(id);
+            if let Some(&alt) = alts.get(next) {
+                if let Some(top) = path.last_mut() {
+                    top.1 += 1;
+                }
+                match shape(&shapes, alt as usize) {
+                    OPEN => {
+                        return Err(invalid(
+                            "anyOf/$ref alternatives lead back to themselves before any value \
+                             (e.g. {\"$ref\":\"#\"}), so the schema never says what the value is",
+                            at,
+                        ))
+                    }
+                    NEW => {
+                        shapes[alt as usize - first] = OPEN;
+                        path.push((alt as usize, 0));
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            let count = match alts {
+                [] => 1,
+                _ => alts.iter().fold(0u64, |n, &a| n.saturating_add(shape(&shapes, a as usize))),
+            };
+            if count > MAX_ALTERNATIVES {
+                return Err(GrammarError::Unsupported {
+                    keyword: format!(
+                        "anyOf (one value forks into more than {MAX_ALTERNATIVES} shapes)"
+                    ),
+                    at: at.to_string(),
+                });
+            }
+            shapes[id - first] = count;
+            path.pop();
+        }
+    }
+    Ok(())
+}
+
 /// `enum` / `const` values, if the schema has them.
 fn literal_values<'v>(schema: &'v Value, at: &str) -> Result<Option<Vec<&'v Value>>, GrammarError> {
     if let Some(c) = schema.get("const") {
@@ -322,22 +445,4 @@ fn count(schema: &Value, key: &str, at: &str) -> Result<Option<u32>, GrammarErro
             .map_err(|_| invalid(format!("{key} must be a non-negative integer"), at)),
         Some(_) => Err(invalid(format!("{key} must be a number"), at)),
     }
-}
-
-/// The value at a `$ref` pointer (`#`, `#/a/b`, with `~0`/`~1` escapes).
-fn resolve<'v>(doc: &'v Value, pointer: &str) -> Option<&'v Value> {
-    let path = pointer.strip_prefix('#')?;
-    if path.is_empty() {
-        return Some(doc);
-    }
-    let mut at = doc;
-    for part in path.strip_prefix('/')?.split('/') {
-        let key = part.replace("~1", "/").replace("~0", "~");
-        at = match at {
-            Value::Object(_) => at.get(&key)?,
-            Value::Array(a) => a.get(key.parse::<usize>().ok()?)?,
-            _ => return None,
-        };
-    }
-    Some(at)
 }

@@ -55,6 +55,7 @@ impl ToolSet {
         let list =
             tools.as_array().ok_or_else(|| invalid("tools must be an array", String::new()))?;
         let mut out = Vec::new();
+        let mut names = alloc::collections::BTreeSet::new();
         for (i, t) in list.iter().enumerate() {
             let at = format!("/tools/{i}");
             if let Some(kind) = t.get("type") {
@@ -71,7 +72,7 @@ impl ToolSet {
                     at,
                 ));
             }
-            if out.iter().any(|t: &Tool| t.name == name) {
+            if !names.insert(name) {
                 return Err(invalid(format!("two tools are named {name:?}"), at));
             }
             let parameters = f.get("parameters").cloned().unwrap_or(Value::Object(Vec::new()));
@@ -183,7 +184,7 @@ pub(crate) fn compile(
             let pat = format!("{at}/properties/{name}");
             vs.push(param_value(&mut c, schema, &pat)?);
         }
-        let ignored = c.into_ignored();
+        let ignored = c.finish(&at)?;
         g.ignored.extend(ignored);
         let mut per_next = Vec::new();
         for next in 0..=ps.len() {

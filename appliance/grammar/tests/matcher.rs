@@ -126,6 +126,53 @@ fn unsupported_keywords_are_named_or_ignored_on_request() {
     }
 }
 
+#[test]
+fn refs_that_never_reach_a_value_and_forks_past_the_limit_are_refused() {
+    // Found by the grammar_schema fuzz target: the root is a `$ref` to itself.
+    let loops = [
+        r##"{"$defs":{"t":{"t":{"$ref":"/x#/t"},"amxItems":2}},"$ref":"#"}"##,
+        r##"{"anyOf":[{"type":"string"},{"$ref":"#"}]}"##,
+        r##"{"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/b"}]},"b":{"$ref":"#/$defs/a"}},
+            "type":"object","properties":{"x":{"$ref":"#/$defs/a"}}}"##,
+    ];
+    for s in loops {
+        let err = Grammar::json_schema(&Value::parse(s).unwrap(), Options::default()).unwrap_err();
+        assert!(
+            matches!(&err, GrammarError::Invalid { what, .. } if what.contains("lead back")),
+            "{s}: {err:?}"
+        );
+    }
+    // Ten levels of two-way anyOf fork one value into 1024 shapes; eleven into 2048.
+    let forks = |levels: usize| {
+        let mut defs = String::from(r#"{"$defs":{"d0":{"type":"string"}"#);
+        for i in 1..=levels {
+            let p = format!("#/$defs/d{}", i - 1);
+            defs += &format!(r#","d{i}":{{"anyOf":[{{"$ref":"{p}"}},{{"$ref":"{p}"}}]}}"#);
+        }
+        defs + &format!(r##"}},"$ref":"#/$defs/d{levels}"}}"##)
+    };
+    let ok = Grammar::json_schema(&Value::parse(&forks(10)).unwrap(), Options::default());
+    assert!(accepts(&Arc::new(ok.unwrap()), r#""s""#));
+    let err = Grammar::json_schema(&Value::parse(&forks(11)).unwrap(), Options::default());
+    assert!(
+        matches!(err, Err(GrammarError::Unsupported { ref keyword, .. }) if keyword.starts_with("anyOf"))
+    );
+    // A chain of $refs deeper than the compiler recurses is refused, not a stack overflow.
+    let chain = |n: usize| {
+        let defs: Vec<String> =
+            (0..n).map(|i| format!(r##""d{i}":{{"$ref":"#/$defs/d{}"}}"##, i + 1)).collect();
+        format!(
+            r##"{{"$defs":{{{},"d{n}":{{"type":"null"}}}},"$ref":"#/$defs/d0"}}"##,
+            defs.join(",")
+        )
+    };
+    assert!(Grammar::json_schema(&Value::parse(&chain(200)).unwrap(), Options::default()).is_ok());
+    let deep = Grammar::json_schema(&Value::parse(&chain(100_000)).unwrap(), Options::default());
+    assert!(
+        matches!(deep, Err(GrammarError::Unsupported { ref keyword, .. }) if keyword.contains("nested"))
+    );
+}
+
 fn weather_tools() -> ToolSet {
     let v = Value::parse(
         r#"[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
