@@ -6,7 +6,8 @@
 //! ```text
 //! 1. read bandwidth: every worker sums its share of `buf` (>> caches), with the
 //!    weight kernels' software prefetch; best pass
-//! 2. prefill: one forward over a `prompt_tokens` prompt (logits of the last),
+//! 2. prefill: a `prompt_tokens` prompt in forwards of `prefill_chunk` tokens
+//!    (the appliance's chunk; logits of the last token),
 //!    with each part's share of its time (`crate::profile`); with `depth = D >
 //!    0` after D positions of context (synthetic keys and values in every
 //!    attention layer, `State::push_synthetic_context`: what llama-bench's
@@ -61,6 +62,11 @@ pub struct BenchOptions {
     pub concurrency: usize,
     /// Positions of context before the prompt (0: an empty context).
     pub depth: usize,
+    /// Prompt tokens per forward of the prefill (0: the whole prompt in
+    /// one): the appliance prefills in chunks, so its bench passes its own
+    /// chunk (a long prompt in one forward keeps activations of every
+    /// token, far past the caches, and is not what a request runs).
+    pub prefill_chunk: usize,
 }
 
 impl Default for BenchOptions {
@@ -74,6 +80,7 @@ impl Default for BenchOptions {
             draft_vocab: 0,
             concurrency: 1,
             depth: 0,
+            prefill_chunk: 0,
         }
     }
 }
@@ -368,7 +375,7 @@ pub fn run_with_prompt(
     progress(format!("prefill: {} tokens", p.len()));
     let t0 = clock();
     crate::profile::start();
-    let logits = model.forward(&mut prefilled, &p, Logits::Last);
+    let logits = prefill(model, &mut prefilled, &p, opts.prefill_chunk);
     let prefill_share = crate::profile::shares(&crate::profile::stop());
     let logits = logits?;
     let prefill_s = secs(clock().saturating_sub(t0));
@@ -425,6 +432,22 @@ pub fn run_with_prompt(
         decode_share,
         mtp,
     })
+}
+
+/// Runs `prompt` through `state` `chunk` tokens a forward (0: all in one)
+/// and returns the logits of its last token.
+fn prefill(
+    model: &Model<'_>,
+    state: &mut State,
+    prompt: &[u32],
+    chunk: usize,
+) -> Result<Vec<f32>, crate::ForwardError> {
+    let chunk = if chunk == 0 { prompt.len() } else { chunk };
+    let (rest, last) = prompt.split_at(chunk * ((prompt.len() - 1) / chunk));
+    for part in rest.chunks(chunk) {
+        model.forward_hidden(state, part)?;
+    }
+    model.forward(state, last, Logits::Last)
 }
 
 /// Seed of the synthetic context of [`BenchOptions::depth`].

@@ -1,6 +1,6 @@
 //! `bench::run` with a context depth: the prompt and the decode steps run
-//! after `depth` synthetic positions, and the report says how many KV bytes a
-//! decode step read.
+//! after `depth` synthetic positions, the prompt whole or in chunks, and the
+//! report says how many KV bytes a decode step read.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -26,13 +26,19 @@ fn depth_puts_the_prompt_and_decode_after_that_much_context() {
     let per_position = 2 * full * cfg.num_key_value_heads * cfg.head_dim;
     for kv in [KvPrecision::F32, KvPrecision::F16] {
         model.set_options(&EngineOptions { kv, ..Default::default() }).unwrap();
-        for depth in [0, 300] {
-            let opts =
-                BenchOptions { prompt_tokens: 5, decode_tokens: 3, depth, ..Default::default() };
+        // Chunk 0: the prompt in one forward; 2: forwards of 2, 2 and 1 tokens.
+        for (depth, prefill_chunk) in [(0, 0), (300, 0), (0, 2), (300, 2)] {
+            let opts = BenchOptions {
+                prompt_tokens: 5,
+                decode_tokens: 3,
+                depth,
+                prefill_chunk,
+                ..Default::default()
+            };
             let r = bench::run(&model, 1.0, &clock, &opts, &mut |_| {}).unwrap();
             assert_eq!(r.depth, depth);
             let want = (depth + 5) * per_position * kv.bytes();
-            assert_eq!(r.kv_bytes_per_step as usize, want, "{kv:?} depth {depth}");
+            assert_eq!(r.kv_bytes_per_step as usize, want, "{kv:?} depth {depth}, {opts:?}");
             assert!(r.prefill_tok_per_s > 0.0 && r.decode_tok_per_s > 0.0);
         }
     }
