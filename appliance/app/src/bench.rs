@@ -128,7 +128,6 @@ pub fn run(
         rounds: req.rounds.map_or(defaults.rounds, |n| n.max(1) as usize),
         draft_vocab: req.draft_vocab.map_or(defaults.draft_vocab, |n| n as usize),
         depth: req.depth.map_or(0, |n| n as usize),
-        prefill_chunk: crate::engine::DEFAULT_PREFILL_CHUNK,
         ..defaults
     };
     if opts.mtp > 0 && opts.concurrency > 1 {

@@ -58,7 +58,7 @@ mod prefix;
 pub const DEFAULT_MAX_SEQUENCES: usize = 8;
 
 /// Prompt tokens one sequence prefills per step by default.
-pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+pub const DEFAULT_PREFILL_CHUNK: usize = kore_engine::PREFILL_CHUNK;
 
 /// Bytes of the prefix cache's memory tier by default (see [`ModelEngine::with_cache_budget`]).
 pub const DEFAULT_CACHE_BYTES: usize = 512 << 20;

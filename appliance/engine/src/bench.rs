@@ -63,9 +63,9 @@ pub struct BenchOptions {
     /// Positions of context before the prompt (0: an empty context).
     pub depth: usize,
     /// Prompt tokens per forward of the prefill (0: the whole prompt in
-    /// one): the appliance prefills in chunks, so its bench passes its own
-    /// chunk (a long prompt in one forward keeps activations of every
-    /// token, far past the caches, and is not what a request runs).
+    /// one). Default [`crate::PREFILL_CHUNK`], the appliance's: a long
+    /// prompt in one forward keeps activations of every token, far past the
+    /// caches, and is not what a request runs.
     pub prefill_chunk: usize,
 }
 
@@ -80,7 +80,7 @@ impl Default for BenchOptions {
             draft_vocab: 0,
             concurrency: 1,
             depth: 0,
-            prefill_chunk: 0,
+            prefill_chunk: crate::PREFILL_CHUNK,
         }
     }
 }

@@ -25,6 +25,10 @@
 #![allow(clippy::manual_is_multiple_of)]
 extern crate alloc;
 
+/// Prompt tokens one forward prefills, by default: the appliance's
+/// scheduler chunks prompts by it and the bench measures prefill in it.
+pub const PREFILL_CHUNK: usize = 512;
+
 pub mod bench;
 pub mod exp;
 /// The model configuration and its `config.json` reader (from kore-pack-format).
