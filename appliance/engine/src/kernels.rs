@@ -384,7 +384,7 @@ fn form(path: Path, w: &Linear<'_>) -> Form {
     }
     if q8_activations(path, w) {
         // Both int8 paths quantize full chunks with their SIMD quantizer.
-        let layout = if path.vnni() { Layout::BlockLanes } else { Layout::EvenOdd };
+        let layout = if path.vnni() { Layout::BlockLanes256 } else { Layout::BlockLanes128 };
         return Form::Q8(layout, true);
     }
     let avx512 = path.avx512();

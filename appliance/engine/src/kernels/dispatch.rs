@@ -69,19 +69,26 @@ macro_rules! by_tokens4 {
     };
 }
 
-/// `$f::<R, n>(args)` for the runtime token count `n` in 1..=8.
+/// `$f::<R, n>(args)` (or `$f::<n>(args)` after `one_row`) for the runtime
+/// token count `n` in 1..=8.
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_tokens8 {
     ($($f:ident)::+, $r:literal, $n:expr, $($a:expr),*) => {
+        by_tokens8!(@n $n, N => $($f)::+::<$r, N>($($a),*))
+    };
+    (one_row $($f:ident)::+, $n:expr, $($a:expr),*) => {
+        by_tokens8!(@n $n, N => $($f)::+::<N>($($a),*))
+    };
+    (@n $n:expr, $c:ident => $call:expr) => {
         match $n {
-            1 => $($f)::+::<$r, 1>($($a),*),
-            2 => $($f)::+::<$r, 2>($($a),*),
-            3 => $($f)::+::<$r, 3>($($a),*),
-            4 => $($f)::+::<$r, 4>($($a),*),
-            5 => $($f)::+::<$r, 5>($($a),*),
-            6 => $($f)::+::<$r, 6>($($a),*),
-            7 => $($f)::+::<$r, 7>($($a),*),
-            _ => $($f)::+::<$r, 8>($($a),*),
+            1 => { const $c: usize = 1; $call }
+            2 => { const $c: usize = 2; $call }
+            3 => { const $c: usize = 3; $call }
+            4 => { const $c: usize = 4; $call }
+            5 => { const $c: usize = 5; $call }
+            6 => { const $c: usize = 6; $call }
+            7 => { const $c: usize = 7; $call }
+            _ => { const $c: usize = 8; $call }
         }
     };
 }
@@ -169,7 +176,7 @@ fn simd_row(path: Path, w: &Linear<'_>, r: usize, x: &[f32], n: usize, out: &mut
 #[cfg(target_arch = "x86_64")]
 pub(super) fn q8_tile_shape(isa: Isa, w: &Linear<'_>) -> (usize, usize) {
     match (isa.0, w) {
-        (Path::Avx2, _) => (avx2_q8::TOKENS, avx2_q8::ROWS),
+        (Path::Avx2, _) => (avx2_q8::TOKENS, 1),
         (_, Linear::Nvfp4 { .. }) => (vnni_tile::TOKENS, vnni_tile::ROWS),
         (_, Linear::Q8 { .. }) => (vnni_q8::TOKENS, vnni_q8::ROWS),
         (_, Linear::Dense { .. }) => unreachable!("dense weights take f32 activations"),
@@ -196,10 +203,10 @@ pub(super) fn pre_scales<'b>(
         }
         &mut buf[..n]
     };
-    if many && cols >= 64 && isa.0 == Path::Avx2 {
-        let out = grown(buf, rows.len() * (cols / 64) * 8);
+    if many && cols >= avx2_q8::CHUNK && isa.0 == Path::Avx2 {
+        let out = grown(buf, rows.len() * (cols / avx2_q8::CHUNK) * 8);
         // SAFETY: the path (AVX2 + FMA) is supported; `s` holds
-        // `rows.len()` rows of scales, `out` 8 floats per 64-column chunk.
+        // `rows.len()` rows of scales, `out` 8 floats per 128-column chunk.
         unsafe { avx2_q8::decode_scales(s, gs, cols, out) };
         out
     } else if many && cols >= vnni_tile::CHUNK && isa.0.vnni() {
@@ -230,17 +237,14 @@ pub(super) fn q8_tile(
 ) {
     match (*w, isa.0) {
         (Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. }, Path::Avx2) => {
-            let p = &packed[r0 * cols / 2..(r0 + nr) * cols / 2];
-            let s = &scales[r0 * cols / 16..(r0 + nr) * cols / 16];
-            // SAFETY: AVX2 (+FMA) is supported; `p` and `s` hold `nr` rows,
-            // `cols % 16 == 0` (by load), the tile holds `n <= 4` tokens
-            // quantized in 64-column chunks (`q8act`).
+            debug_assert_eq!(nr, 1, "the AVX2 tile takes one row");
+            let p = &packed[r0 * cols / 2..(r0 + 1) * cols / 2];
+            let s = &scales[r0 * cols / 16..(r0 + 1) * cols / 16];
+            // SAFETY: AVX2 (+FMA) is supported; `p` and `s` hold one row,
+            // `cols % 16 == 0` (by load), the tile holds `n <= 8` tokens
+            // quantized in 128-column chunks (`q8act`).
             unsafe {
-                if nr == avx2_q8::ROWS {
-                    by_tokens4!(avx2_q8::nvfp4_tile, 2, n, p, s, gs, cols, x, pre, out)
-                } else {
-                    by_tokens4!(avx2_q8::nvfp4_tile, 1, n, p, s, gs, cols, x, pre, out)
-                }
+                by_tokens8!(one_row avx2_q8::nvfp4_tile, n, p, s, gs, cols, x, pre, &mut out[0])
             }
         }
         (Linear::Nvfp4 { packed, scales, global_scale: gs, cols, .. }, p) if p.vnni() => {
@@ -290,19 +294,19 @@ pub(super) fn q8_chunk256(
     unsafe { avx512vnni::q8_chunk256(x, q, corr, scale) }
 }
 
-/// One 64-column chunk quantized by the AVX2 quantizer (`isa` must run
+/// One 128-column chunk quantized by the AVX2 quantizer (`isa` must run
 /// AVX2); false if the scalar rule must take it.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn q8_chunk64(
+pub(super) fn q8_chunk128(
     isa: Isa,
-    x: &[f32; 64],
-    q: &mut [i8; 64],
+    x: &[f32; 128],
+    q: &mut [i8; 128],
     corr: &mut [i32; 8],
     scale: &mut [f32; 8],
 ) -> bool {
     assert!(isa.0 != Path::Generic, "the AVX2 quantizer runs on SIMD paths");
     // SAFETY: every path but the generic one has AVX2 and FMA.
-    unsafe { avx2_q8::q8_chunk64(x, q, corr, scale) }
+    unsafe { avx2_q8::q8_chunk128(x, q, corr, scale) }
 }
 
 /// Whether `isa` takes an NVFP4 product of `rows x cols` over `tokens`

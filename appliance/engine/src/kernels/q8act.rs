@@ -1,12 +1,12 @@
 //! Activations quantized to int8 per 16-column block for the NVFP4 kernels
 //! on int8 dot products: `q = round(x * 127 / amax)`, each full chunk of
-//! columns laid out as its kernel wants it ([`Layout`]: 256-column chunks
-//! with one block per dword lane for `simd::vnni_tile`, 64-column chunks of
-//! `[even | odd]` columns for `simd::avx2_q8`), and per lane's group of
-//! columns the scale (halved: the kernels' E2M1 values are doubled) and
-//! `-OFFSET * sum(q)` (the unsigned-offset correction of the VNNI and AVX2
-//! kernels, whose E2M1 bytes are offset by +12). The SIMD quantizer of a
-//! chunk is the path's (`kernels::dispatch`); this module holds the rule.
+//! columns laid out as its kernel wants it ([`Layout`]: one block per dword
+//! lane, in 256-column chunks for `simd::vnni_tile` and 128-column chunks
+//! for `simd::avx2_q8`), and per block the scale (halved: the kernels' E2M1
+//! values are doubled) and `-OFFSET * sum(q)` (the unsigned-offset
+//! correction of the VNNI and AVX2 kernels, whose E2M1 bytes are offset by
+//! +12). The SIMD quantizer of a chunk is the path's (`kernels::dispatch`);
+//! this module holds the rule.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -19,59 +19,52 @@ use crate::simd::types::{NVFP4_OFFSET as OFFSET_Q8, Q8_OFFSET as OFFSET_HEAD};
 /// columns `corr = -OFFSET * sum(q)` and `scale` (`amax / 127 / 2` for the
 /// NVFP4 kernels, `amax / 127` for [`quantize_q8_lanes`]).
 pub(super) struct Q8 {
-    /// Columns per `corr` / `scale` entry: 16 or 8 ([`Layout::group`]), or
-    /// 4 for [`quantize_q8_lanes`].
+    /// Columns per `corr` / `scale` entry: 16 ([`Layout`]), or 4 for
+    /// [`quantize_q8_lanes`].
     pub(super) group: usize,
     pub(super) q: Vec<i8>,
     pub(super) corr: Vec<i32>,
     pub(super) scale: Vec<f32>,
 }
 
-/// How an NVFP4 kernel on int8 activations wants them laid out.
+/// How an NVFP4 kernel on int8 activations wants them laid out: per chunk
+/// of columns, four vectors whose dword lane `L` holds four columns of
+/// block `L` ([`block_lanes`]); `corr` and `scale` per block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Layout {
-    /// `simd::vnni_tile`: per 256-column chunk, four 64-byte vectors whose
-    /// dword lane `L` holds four columns of block `L` ([`block_lanes`]);
-    /// `corr` and `scale` per block.
-    BlockLanes,
-    /// `simd::avx2_q8`: per 64-column chunk `[even columns | odd columns]`,
-    /// so dword lane `L` of the kernel's sums holds columns `8L..8L+7`;
-    /// `corr` and `scale` per 8 columns.
-    EvenOdd,
+    /// `simd::vnni_tile`: 256-column chunks, 64-byte vectors.
+    BlockLanes256,
+    /// `simd::avx2_q8`: 128-column chunks, 32-byte vectors.
+    BlockLanes128,
 }
 
 impl Layout {
     /// Columns per chunk.
     fn chunk(self) -> usize {
         match self {
-            Layout::BlockLanes => 256,
-            Layout::EvenOdd => 64,
+            Layout::BlockLanes256 => 256,
+            Layout::BlockLanes128 => 128,
         }
     }
 
     /// Columns per `corr` / `scale` entry.
     fn group(self) -> usize {
-        match self {
-            Layout::BlockLanes => 16,
-            Layout::EvenOdd => 8,
-        }
+        16
     }
 
     /// Where column `m` of a full chunk goes.
     fn position(self, m: usize) -> usize {
-        match self {
-            Layout::BlockLanes => block_lanes(m),
-            Layout::EvenOdd => (m % 2) * 32 + m / 2,
-        }
+        block_lanes(m, self.chunk() / 16)
     }
 }
 
-/// [`Layout::BlockLanes`]: column `m = 16L + k` of a 256-column chunk goes
-/// to vector `2 * (k / 8) + k % 2`, byte `4L + (k % 8) / 2`: the partner
-/// of the weight nibble `simd::vnni_tile` puts there.
-const fn block_lanes(m: usize) -> usize {
+/// Column `m = 16L + k` of a chunk of `lanes` blocks goes to vector `2 *
+/// (k / 8) + k % 2` (`4 * lanes` bytes each), byte `4L + (k % 8) / 2`: the
+/// partner of the weight nibble `simd::vnni_tile` and `simd::avx2_q8` put
+/// there.
+const fn block_lanes(m: usize, lanes: usize) -> usize {
     let (l, k) = (m / 16, m % 16);
-    64 * ((k / 8) * 2 + k % 2) + 4 * l + (k % 8) / 2
+    4 * lanes * ((k / 8) * 2 + k % 2) + 4 * l + (k % 8) / 2
 }
 
 /// The int8 value and scale of every column of `x` (per 16-column block;
@@ -102,8 +95,8 @@ pub fn round_q8(x: &[f32]) -> Vec<f32> {
 }
 
 /// [`Q8`] of `x` (`[tokens, cols]`) in `layout`: the SIMD quantizer of
-/// `simd`'s path for full chunks (AVX-512 for [`Layout::BlockLanes`], AVX2
-/// for [`Layout::EvenOdd`]; bit-identical to [`q8_block`]; a chunk with a
+/// `simd`'s path for full chunks (AVX-512 for [`Layout::BlockLanes256`],
+/// AVX2 for [`Layout::BlockLanes128`]; bit-identical to [`q8_block`]; a chunk with a
 /// NaN or an infinity takes the scalar rule), [`q8_block`] for the rest.
 /// Columns after the last full chunk stay in natural order.
 pub(super) fn quantize_q8(
@@ -176,8 +169,8 @@ pub(super) fn quantize_q8_lanes(x: &[f32], tokens: usize, cols: usize) -> Q8 {
 }
 
 /// One full chunk through the path's SIMD quantizer for `layout` (AVX-512
-/// for 256-column [`Layout::BlockLanes`], AVX2 for 64-column
-/// [`Layout::EvenOdd`]); false if the scalar rule must take it.
+/// for [`Layout::BlockLanes256`], AVX2 for [`Layout::BlockLanes128`]); false
+/// if the scalar rule must take it.
 #[cfg(target_arch = "x86_64")]
 fn q8_chunk_simd(
     isa: Isa,
@@ -187,9 +180,9 @@ fn q8_chunk_simd(
     corr: &mut [i32],
     scale: &mut [f32],
 ) -> bool {
-    use super::dispatch::{q8_chunk256, q8_chunk64};
+    use super::dispatch::{q8_chunk128, q8_chunk256};
     match layout {
-        Layout::BlockLanes => {
+        Layout::BlockLanes256 => {
             let (Ok(x), Ok(q), Ok(c), Ok(s)) =
                 (x.try_into(), q.try_into(), corr.try_into(), scale.try_into())
             else {
@@ -197,13 +190,13 @@ fn q8_chunk_simd(
             };
             q8_chunk256(isa, x, q, c, s)
         }
-        Layout::EvenOdd => {
+        Layout::BlockLanes128 => {
             let (Ok(x), Ok(q), Ok(c), Ok(s)) =
                 (x.try_into(), q.try_into(), corr.try_into(), scale.try_into())
             else {
                 return false;
             };
-            q8_chunk64(isa, x, q, c, s)
+            q8_chunk128(isa, x, q, c, s)
         }
     }
 }
@@ -254,7 +247,8 @@ mod tests {
     #[test]
     fn simd_quantization_is_bit_identical_to_scalar() {
         use crate::simd::Path;
-        let cases = [(Path::Avx512Vnni, Layout::BlockLanes), (Path::Avx2, Layout::EvenOdd)];
+        let cases =
+            [(Path::Avx512Vnni, Layout::BlockLanes256), (Path::Avx2, Layout::BlockLanes128)];
         for (path, layout) in cases {
             if !path.supported() {
                 eprintln!("no {} on this CPU: its SIMD quantizer is never used here", path.name());

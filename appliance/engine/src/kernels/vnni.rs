@@ -1,6 +1,6 @@
 //! The products on int8 activations as GEMMs: `avx512vnni` (NVFP4 weights:
 //! tiles of 2 rows x up to 8 tokens; q8 weights: 4 rows x 4 tokens) and
-//! `avx2` (NVFP4: 2 rows x 4 tokens), the kernels themselves through
+//! `avx2` (NVFP4: 1 row x 8 tokens), the kernels themselves through
 //! [`dispatch`]. A worker's chunk of rows is taken in such tiles, so each
 //! weight tile is loaded and decoded once per token tile and each token's
 //! activations once per row tile.
@@ -11,7 +11,6 @@ use core::ops::Range;
 use super::dispatch::{self, Isa};
 use super::{Job, Prepared, Xs};
 use crate::simd::types::{TILE, TILE_ROWS};
-use crate::simd::Path;
 
 /// Rows `rows` of a job on int8 activations against every token, on
 /// `isa` (`avx512vnni`, or `avx2` for NVFP4 weights).
@@ -31,9 +30,6 @@ pub(super) fn rows_job(
     let (max, max_rows) = dispatch::q8_tile_shape(isa, j.w);
     let tile = j.xp.tile_tokens(cols).min(max);
     let pre = dispatch::pre_scales(isa, j.w, rows.clone(), tokens > tile, scratch);
-    // AVX2 tiles of two rows pay only with pre-decoded scales (one row
-    // decodes two chunks' scales at once; measured 1.1x at 4 tokens).
-    let max_rows = if isa.path() == Path::Avx2 && pre.is_empty() { 1 } else { max_rows };
     let per_row = pre.len() / rows.len().max(1);
     let mut out = [[0.0f32; TILE]; TILE_ROWS];
     let mut t0 = 0;
