@@ -164,7 +164,7 @@ pub(crate) unsafe fn q8_chunk128(
 
 /// Most tokens per tile: with one row's four expanded weight vectors, the
 /// `TOKENS` accumulators and one token's temporaries fill the 16 registers
-/// (2 rows x 4 tokens spilled 31 vectors a chunk and ran 0.85x as fast in
+/// (2 rows x 4 tokens spilled 31 vectors a chunk and ran 0.81-0.85x as fast in
 /// cache).
 pub(crate) const TOKENS: usize = 8;
 
