@@ -16,6 +16,14 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// The tests here boot VMs, and the first counts the host's free hugepages before and after
+/// its crashed guest: another test's VM starting in between (the harness runs tests on
+/// several threads) would look like a leak. So they run one at a time.
+fn one_vm_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn kore<S: AsRef<std::ffi::OsStr>>(rt: &Path, args: &[S]) -> Command {
     let mut cmd = Command::new(kore_e2e::kore_launch());
     cmd.args(args).env_remove("KORE_APPLIANCE").env("KORE_RUNTIME_DIR", rt);
@@ -73,6 +81,7 @@ fn generate_args(pack: &Path) -> Vec<String> {
 #[test]
 fn a_guest_that_panics_while_booting_is_reported_and_cleaned_up() {
     kore_e2e::require_kvm();
+    let _one = one_vm_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let rt = dir.path().join("rt");
     let free = hugepages_free();
@@ -98,6 +107,7 @@ fn a_guest_that_panics_while_booting_is_reported_and_cleaned_up() {
 #[test]
 fn a_guest_that_hangs_while_booting_times_out_and_is_stopped() {
     kore_e2e::require_kvm();
+    let _one = one_vm_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let rt = dir.path().join("rt");
     let started = std::time::Instant::now();
@@ -113,6 +123,7 @@ fn a_guest_that_hangs_while_booting_times_out_and_is_stopped() {
 #[test]
 fn a_guest_that_hangs_in_the_middle_of_an_answer_is_noticed_and_stopped() {
     kore_e2e::require_kvm();
+    let _one = one_vm_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let rt = dir.path().join("rt");
     let started = std::time::Instant::now();
@@ -145,6 +156,7 @@ fn vmm_processes_of(rt: &Path) -> Vec<String> {
 #[test]
 fn a_full_disk_under_batch_output_is_one_error_and_loses_no_rows() {
     kore_e2e::require_kvm();
+    let _one = one_vm_at_a_time();
     kore_e2e::guest_images();
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this test mounts a tmpfs: run it as root");
