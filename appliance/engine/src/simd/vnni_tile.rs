@@ -99,7 +99,7 @@ pub(crate) unsafe fn decode_scales(scales: &[u8], gs: f32, cols: usize, out: &mu
 /// `N <= TOKENS`, `cols % 16 == 0`, `packed.len() == R * cols / 2`,
 /// `scales.len() == R * cols / 16`; `x.q.len() >= N * cols`, `x.corr.len()`
 /// and `x.scale.len() >= N * cols / GROUP`, the activations laid out per
-/// chunk as `kernels::q8act`'s `Layout::BlockLanes` says; `pre.len()` is 0 or
+/// chunk as `kernels::q8act`'s `Layout::BlockLanes256` says; `pre.len()` is 0 or
 /// `R * (cols / CHUNK) * 16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
 // Token and row indices address two register arrays at once.
