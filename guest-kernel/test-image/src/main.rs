@@ -154,14 +154,25 @@ fn clock_check() -> Result<(), &'static str> {
     Ok(())
 }
 
-fn avx512_available() -> bool {
+/// CPUID leaf 7's EBX, leaf 1's ECX and XCR0 (0 without OSXSAVE).
+fn cpu_bits() -> (u32, u32, u64) {
     // cpuid is always available on x86-64 (it traps to the VMM here, ~5 µs).
     let l7 = core::arch::x86_64::__cpuid_count(7, 0);
     let l1 = core::arch::x86_64::__cpuid(1);
-    let osxsave = l1.ecx & (1 << 27) != 0;
     // SAFETY: xgetbv(0) is valid when OSXSAVE is set.
-    let xcr0 = if osxsave { unsafe { core::arch::x86_64::_xgetbv(0) } } else { 0 };
-    l7.ebx & (1 << 16) != 0 && xcr0 & 0xe6 == 0xe6
+    let xcr0 = if l1.ecx & (1 << 27) != 0 { unsafe { core::arch::x86_64::_xgetbv(0) } } else { 0 };
+    (l7.ebx, l1.ecx, xcr0)
+}
+
+fn avx512_available() -> bool {
+    let (ebx7, _, xcr0) = cpu_bits();
+    ebx7 & (1 << 16) != 0 && xcr0 & 0xe6 == 0xe6
+}
+
+/// AVX2 and FMA by CPUID, with the YMM state enabled in XCR0 (a host without AVX-512).
+fn avx2_available() -> bool {
+    let (ebx7, ecx1, xcr0) = cpu_bits();
+    ebx7 & (1 << 5) != 0 && ecx1 & (1 << 12) != 0 && xcr0 & 0x6 == 0x6
 }
 
 #[target_feature(enable = "avx512f")]
@@ -176,36 +187,6 @@ fn avx512_sum(data: &[f32]) -> f32 {
         acc = _mm512_fmadd_ps(v, v, acc);
     }
     _mm512_reduce_add_ps(acc) + tail
-}
-
-fn avx512_check() -> Result<(), &'static str> {
-    if !avx512_available() {
-        return Err("CPUID/XCR0 do not report AVX-512F (the VMM must pass the host's bits)");
-    }
-    let data: Vec<f32> = (0..100_003).map(|i| ((i % 97) as f32) * 0.25).collect();
-    let t0 = clock::ticks();
-    let mut got = 0.0;
-    for _ in 0..100 {
-        // SAFETY: AVX-512F is available (checked above).
-        got = unsafe { avx512_sum(core::hint::black_box(&data)) };
-    }
-    let ns = clock::ticks_to_ns(clock::ticks() - t0);
-    let want: f64 = data.iter().map(|&x| x as f64 * x as f64).sum();
-    println!("kore-test-image: avx512 sum={got} want={want} ({} us for 100 passes)", ns / 1000);
-    if ((got as f64 - want) / want).abs() > 1e-4 {
-        return Err("AVX-512 result differs from scalar");
-    }
-    Ok(())
-}
-
-/// AVX2 and FMA by CPUID, with the YMM state enabled in XCR0 (a host without AVX-512).
-fn avx2_available() -> bool {
-    let l7 = core::arch::x86_64::__cpuid_count(7, 0);
-    let l1 = core::arch::x86_64::__cpuid(1);
-    let (fma, osxsave) = (l1.ecx & (1 << 12) != 0, l1.ecx & (1 << 27) != 0);
-    // SAFETY: xgetbv(0) is valid when OSXSAVE is set.
-    let xcr0 = if osxsave { unsafe { core::arch::x86_64::_xgetbv(0) } } else { 0 };
-    l7.ebx & (1 << 5) != 0 && fma && xcr0 & 0x6 == 0x6
 }
 
 #[target_feature(enable = "avx2,fma")]
@@ -225,21 +206,39 @@ fn avx2_sum(data: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// Sums of squares by `sum` (100 passes, timed) against the scalar f64 sum.
+fn sum_check(name: &str, sum: &dyn Fn(&[f32]) -> f32) -> Result<(), &'static str> {
+    let data: Vec<f32> = (0..100_003).map(|i| ((i % 97) as f32) * 0.25).collect();
+    let t0 = clock::ticks();
+    let mut got = 0.0;
+    for _ in 0..100 {
+        got = sum(core::hint::black_box(&data));
+    }
+    let ns = clock::ticks_to_ns(clock::ticks() - t0);
+    let want: f64 = data.iter().map(|&x| x as f64 * x as f64).sum();
+    println!("kore-test-image: {name} sum={got} want={want} ({} us for 100 passes)", ns / 1000);
+    if ((got as f64 - want) / want).abs() > 1e-4 {
+        return Err("the vector sum differs from the scalar one");
+    }
+    Ok(())
+}
+
+fn avx512_check() -> Result<(), &'static str> {
+    if !avx512_available() {
+        return Err("CPUID/XCR0 do not report AVX-512F (the VMM must pass the host's bits)");
+    }
+    // SAFETY: AVX-512F is available (checked above).
+    sum_check("avx512", &|d| unsafe { avx512_sum(d) })
+}
+
 fn avx2_check() -> Result<(), &'static str> {
     if !avx2_available() {
         return Err(
             "CPUID/XCR0 report neither AVX-512F nor AVX2 (the VMM must pass the host's bits)",
         );
     }
-    let data: Vec<f32> = (0..100_003).map(|i| ((i % 97) as f32) * 0.25).collect();
     // SAFETY: AVX2 and FMA are available (checked above).
-    let got = unsafe { avx2_sum(core::hint::black_box(&data)) };
-    let want: f64 = data.iter().map(|&x| x as f64 * x as f64).sum();
-    println!("kore-test-image: avx2 sum={got} want={want}");
-    if ((got as f64 - want) / want).abs() > 1e-4 {
-        return Err("AVX2 result differs from scalar");
-    }
-    Ok(())
+    sum_check("avx2", &|d| unsafe { avx2_sum(d) })
 }
 
 fn parallel_check() -> Result<(), &'static str> {
