@@ -12,7 +12,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::dispatch::Isa;
-use crate::simd::types::{NVFP4_OFFSET as OFFSET_Q8, Q8_OFFSET as OFFSET_HEAD};
+use crate::simd::types::{AVX2_BLOCK_LANES, NVFP4_OFFSET as OFFSET_Q8, Q8_OFFSET as OFFSET_HEAD};
 
 /// Activations quantized per 16-column block: `q = round(x * 127 / amax)`,
 /// laid out per full chunk of columns as a kernel wants them; per `group`
@@ -28,13 +28,15 @@ pub(super) struct Q8 {
 }
 
 /// How an NVFP4 kernel on int8 activations wants them laid out: per chunk
-/// of columns, four vectors whose dword lane `L` holds four columns of
-/// block `L` ([`block_lanes`]); `corr` and `scale` per block.
+/// of columns, four vectors whose dword lane `L` holds four columns of one
+/// block ([`block_lanes`]; which block, [`Layout::lane`]); `corr` and
+/// `scale` per lane, in the same order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Layout {
     /// `simd::vnni_tile`: 256-column chunks, 64-byte vectors.
     BlockLanes256,
-    /// `simd::avx2_q8`: 128-column chunks, 32-byte vectors.
+    /// `simd::avx2_q8`: 128-column chunks, 32-byte vectors, block `b` in
+    /// lane `AVX2_BLOCK_LANES[b]`.
     BlockLanes128,
 }
 
@@ -52,9 +54,18 @@ impl Layout {
         16
     }
 
+    /// The dword lane of block `b` of a full chunk (and the index of its
+    /// `corr` and `scale` within the chunk's).
+    fn lane(self, b: usize) -> usize {
+        match self {
+            Layout::BlockLanes256 => b,
+            Layout::BlockLanes128 => AVX2_BLOCK_LANES[b],
+        }
+    }
+
     /// Where column `m` of a full chunk goes.
     fn position(self, m: usize) -> usize {
-        block_lanes(m, self.chunk() / 16)
+        block_lanes(16 * self.lane(m / 16) + m % 16, self.chunk() / 16)
     }
 }
 
@@ -129,12 +140,11 @@ pub(super) fn quantize_q8(
                 }
             }
             let s = q8_block(&xt[c0..c0 + 16], &mut qb);
-            for (h, part) in qb.chunks_exact(group).enumerate() {
-                scale[g + h] = 0.5 * s;
-                corr[g + h] = -OFFSET_Q8 * part.iter().map(|&v| i32::from(v)).sum::<i32>();
-            }
+            let (c, at) = (c0 / chunk * chunk, c0 % chunk);
+            let entry = if c0 < full { (c + 16 * layout.lane(at / 16)) / group } else { g };
+            scale[entry] = 0.5 * s;
+            corr[entry] = -OFFSET_Q8 * qb.iter().map(|&v| i32::from(v)).sum::<i32>();
             if c0 < full {
-                let (c, at) = (c0 / chunk * chunk, c0 % chunk);
                 for (j, v) in qb.iter().enumerate() {
                     row[c + layout.position(at + j)] = *v;
                 }

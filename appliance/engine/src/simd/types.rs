@@ -20,6 +20,14 @@ pub const Q8_GROUP: usize = 32;
 /// kernels (`vpdpbusd` and `vpmaddubsw` want one unsigned operand): 0..=24.
 pub const NVFP4_OFFSET: i32 = 12;
 
+/// Which block of a 128-column chunk each dword lane of the AVX2 NVFP4
+/// tile (`simd::avx2_q8`) holds: two plain 32-byte loads of a row's 64
+/// packed bytes and two in-lane `vshufps` put blocks `[0, 1, 4, 5 | 2, 3, 6,
+/// 7]` in lanes 0..8 (no cross-lane move: on Zen 1 the `[0 | 2]`, `[1 | 3]`
+/// loads of natural order cost 1.13x a one-token product). Its own inverse:
+/// block `b` sits in lane `AVX2_BLOCK_LANES[b]`.
+pub const AVX2_BLOCK_LANES: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+
 /// The offset added to every q8 weight byte by the int8 q8 kernel (a flip
 /// of the sign bit): 0..=255.
 pub const Q8_OFFSET: i32 = 128;
