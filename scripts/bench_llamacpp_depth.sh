@@ -6,7 +6,7 @@
 #   Kore:      KORE_BENCH_DEPTH=D KORE_BENCH_PROMPT_TOKENS=512 KORE_BENCH_DECODE_TOKENS=128
 #              kore-launch bench --native --json      (prefill 512 @ D, decode @ D + 512)
 #   llama.cpp: llama-bench -p 512 -n 128 -d D -r 1    (pp512 @ dD, tg128 @ dD)
-#   long:      Kore prompt N, 4 decode steps; llama-bench -p N -n 0 -r 1
+#   long:      Kore prompt N, 4 decode steps; llama-bench -p N -n 0 -r 1 --no-warmup
 # With KORE_BENCH_DEPTH_PREFILL=0 llama.cpp runs only tg128 @ dD for D > 0 (`-p 0`): it then
 # prefills the D positions once, not twice (at D = 32768 about 10 minutes a GGUF on 2 cores).
 # then bench_llamacpp_depth.py prints the tables.
@@ -30,8 +30,12 @@ run_depth() { # ENGINE ROUND TEST (dD or pN)
     else
         local lp=$p
         [ "$d" != 0 ] && [ "${KORE_BENCH_DEPTH_PREFILL:-1}" = 0 ] && lp=0
+        # The long prompt without llama-bench's warm-up pass: it would prefill all N
+        # tokens once more (minutes), and a minutes-long run needs no warming.
+        local warm=()
+        [ "$n" = 0 ] && warm=(--no-warmup)
         "$BENCH" -m "${GGUFS[$e]}" -t "$THREADS" -p "$lp" -n "$n" -d "$d" -r 1 -o json \
-            >"$OUT/$e-$t-$r.json" 2>"$OUT/$e-$t-$r.log"
+            "${warm[@]}" >"$OUT/$e-$t-$r.json" 2>"$OUT/$e-$t-$r.log"
     fi
     echo "$e $r $t after $(load)" >>"$OUT/load.txt"
 }
