@@ -18,12 +18,11 @@
 //! lane, at most 8 * 24 * 127 = 24,384: no overflow), one `vpmaddwd` by
 //! ones that leaves one block per dword lane, the quantizer's `corr = -12 *
 //! sum(q)` added (the offset removed exactly), then one float step per
-//! block: a multiply of the two scales, a convert and an FMA. Before
-//! 2026-12-07 the chunk was 64 columns with a dword lane per half block: a
-//! float step per 8 columns and two `vpmaddwd` per 128.
-//! Until 2026-12-07 the lanes held blocks in natural order, from loads
-//! that took the chunk's 16-byte quarters as `[0 | 2]` and `[1 | 3]`: 0.88x
-//! as fast for one token on Zen 1.
+//! block: a multiply of the two scales, a convert and an FMA. Until 02714e0
+//! the chunk was 64 columns with a dword lane per half block: a float step
+//! per 8 columns and two `vpmaddwd` per 128. Until d9c2c4c the lanes held
+//! blocks in natural order, from loads that took the chunk's 16-byte
+//! quarters as `[0 | 2]` and `[1 | 3]`: 0.88x as fast for one token on Zen 1.
 //! A row's nibbles are expanded once per token tile. The f32 steps of a
 //! (row, token) pair do not depend on `N` or the token's place in the tile,
 //! so a token's result is bit-identical alone and batched.
@@ -87,9 +86,9 @@ fn block_amax(a: __m256, b: __m256) -> Option<f32> {
 /// 32-byte vectors; dword lane `L` of vector `v` holds four columns of
 /// block `AVX2_BLOCK_LANES[L]`: the partners of the weight bytes the kernel
 /// puts there), and per lane its block's `corr = -NVFP4_OFFSET * sum(q)`
-/// and `scale` = half the block's scale. Returns false, writing nothing, when the chunk holds a NaN or an
-/// infinity, or a block's `127 / amax` is not finite (the scalar rule then
-/// decides).
+/// and `scale` = half the block's scale. Returns false, writing nothing,
+/// when the chunk holds a NaN or an infinity, or a block's `127 / amax` is
+/// not finite (the scalar rule then decides).
 ///
 /// # Safety
 /// AVX2 and FMA must be available.
