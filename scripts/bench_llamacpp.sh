@@ -46,8 +46,9 @@
 # context, then 128 decode steps: decode at depth D + 512) against `llama-bench -p 512 -n 128
 # -d D` (pp512 @ dD and tg128 @ dD, llama.cpp prefilling the D tokens of depth first, untimed),
 # and with KORE_BENCH_LONG_PROMPT=N also a prefill of an N-token prompt from an empty context
-# (`-p N -n 0`). It prints a table per depth: tok/s, ratios ours / each GGUF with their
-# medians, and the bytes each side reads per decode step at that depth (weights + KV cache:
+# (`-p N -n 0 --no-warmup`: a warm-up would prefill the N tokens once more). It prints a table
+# per depth: tok/s, ratios ours / each GGUF with their medians, and the bytes each side reads
+# per decode step at that depth (weights + KV cache:
 # Kore's at D + 512 positions in its KV precision, KORE_KV or f16; llama.cpp's f16 cache at D).
 #
 # Environment: KORE_BENCH_WORK (work dir, default /work/packs/llamacpp), LLAMA_CPP_DIR,
