@@ -120,6 +120,18 @@ pub(crate) fn prefetch_scales_ahead(p: *const u8) {
     unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH_BYTES / 8) as *const i8) }
 }
 
+/// Hints every cache line of the `bytes` at `p` into L1: a row that is read
+/// soon but not in the weights' one sequential stream (the AVX2 score
+/// kernel's f16 key rows, a few rows ahead). A prefetch never faults, so the
+/// lines may lie past the end of the data.
+#[inline(always)]
+pub(crate) fn prefetch_lines(p: *const u8, bytes: usize) {
+    for off in (0..bytes).step_by(64) {
+        // SAFETY: as in `prefetch_ahead`.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8) }
+    }
+}
+
 /// The sum of the 8 lanes of `a` (`(a0+a4)+(a2+a6)` and so on, in a fixed order).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
