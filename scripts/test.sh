@@ -5,7 +5,10 @@
 # group kvm open /dev/kvm (`kore-launch setup`), as a user of the product would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's start with the seconds since this script's (a log shows where the time went).
+step() { echo "== [${SECONDS} s] $*"; }
 
+step "test dependencies"
 # Python packages, tmux, Chromium + chromedriver (idempotent; quiet when nothing is missing).
 bash scripts/test_deps.sh
 
@@ -30,6 +33,7 @@ if [ "$(id -u)" = 0 ] && [ -w /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugep
   fi
 fi
 
+step "guest kernel: host tests and images"
 # Guest kernel (its own workspace): host tests of its pure-logic crates, then the guest
 # images (kernel, test image and appliance under target/guest/) that the VM suites boot.
 (cd guest-kernel && export CARGO_TARGET_DIR="$PWD/../target/guest" && ./build.sh && cargo test --release --locked)
@@ -43,7 +47,15 @@ XDG_CACHE_HOME="$(mktemp -d -t kore-test-cache.XXXXXX)"
 export XDG_CACHE_HOME
 trap 'rm -rf "$XDG_CACHE_HOME"' EXIT
 
-# The hermetic unit and integration tests: no KVM, root, network, tmux or Python needed.
+# Every Rust test in one build and one run: the unit and integration tests, the tokenizer
+# against the real Qwen3.5 tokenizer.json (generated above; feature qwen35-reference), the
+# VMM's unit tests that run real vCPUs (kvm-tests) and the end-to-end suites in tests/ (e2e:
+# VMs, KVM, hugepages, the guest images, root, tmux). One invocation, one feature set: Cargo
+# resolves features from the packages a command selects, and separate `-p` runs (as this
+# script did until 2026-12-07) saw different sets (the workspace's dev-dependencies turn on
+# serde_json's float_roundtrip, regex's unicode tables, ...), so each compiled the engine
+# and the crates around it again.
+#
 # The kernel agreement tests must have run every SIMD path the kernel's own CPU flags
 # (/proc/cpuinfo: a third opinion beside the engine's detection and std's) say this host
 # has: AVX-512 VNNI on most of this project's machines, AVX2 only on some AMD EPYC hosts.
@@ -62,27 +74,25 @@ required_kernels() {
 }
 KORE_REQUIRE_KERNELS=${KORE_REQUIRE_KERNELS:-$(required_kernels)}
 echo "== kernel paths the agreement tests must run: ${KORE_REQUIRE_KERNELS:-none}"
-KORE_REQUIRE_KERNELS=$KORE_REQUIRE_KERNELS cargo test --workspace --release --locked
-
-# The tokenizer against the real Qwen3.5 tokenizer.json (generated above by Python).
-cargo test --release --locked -p kore-tokenizer --features qwen35-reference --test qwen35 --test qwen35_chat
-
-# The VMM's unit tests that run real vCPUs (/dev/kvm).
-cargo test --release --locked -p kore-vmm --features kvm-tests --lib
-
-# The end-to-end suites in tests/: VMs (KVM, hugepages, the guest images), root, tmux.
-cargo build --release --locked -p kore-launch
+RUST_TESTS=(cargo test --workspace --release --locked
+    --features kore-e2e/e2e,kore-tokenizer/qwen35-reference,kore-vmm/kvm-tests)
+step "building every Rust test (and target/release/kore-launch, which the suites run)"
+"${RUST_TESTS[@]}" --no-run
 # As root: group kvm may open /dev/kvm (tests/vm/non_root.rs runs as a member), as
 # `sudo kore-launch setup` does on a user's host; it prints each change it makes.
 if [ "$(id -u)" = 0 ]; then
   target/release/kore-launch setup
 fi
-cargo test --release --locked -p kore-e2e --features e2e
+step "running every Rust test"
+KORE_REQUIRE_KERNELS=$KORE_REQUIRE_KERNELS "${RUST_TESTS[@]}"
 
+step "the official OpenAI and Anthropic clients against kore-launch serve"
 # `kore-launch serve` with the official OpenAI client (native and guest) and the web chat in
 # headless Chromium, on the default pack; bounded in time (screenshot in target/test-output/openai).
 timeout 900 python3 -m pytest -q -p no:cacheprovider tests/openai
 
+step "fuzz targets"
 # Every fuzz target for a short run, so regressions surface (installs nightly and cargo-fuzz when
 # missing); the hour-long campaigns are recorded in docs/reliability.md.
 bash scripts/fuzz.sh all "${KORE_FUZZ_SECONDS:-20}"
+step "done"
