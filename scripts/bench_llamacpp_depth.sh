@@ -8,7 +8,8 @@
 #   llama.cpp: llama-bench -p 512 -n 128 -d D -r 1    (pp512 @ dD, tg128 @ dD)
 #   long:      Kore prompt N, 4 decode steps; llama-bench -p N -n 0 -r 1 --no-warmup
 # With KORE_BENCH_DEPTH_PREFILL=0 llama.cpp runs only tg128 @ dD for D > 0 (`-p 0`): it then
-# prefills the D positions once, not twice (at D = 32768 about 10 minutes a GGUF on 2 cores).
+# prefills the D positions once, not twice (at D = 32768 on 2b and 2 cores: 14 minutes a GGUF on
+# an AVX-512 EPYC host, 35-42 on an AVX2-only Zen 1 one; docs/benchmarks.md).
 # then bench_llamacpp_depth.py prints the tables.
 
 DEPTHS=${KORE_BENCH_DEPTHS//,/ }
