@@ -101,6 +101,13 @@ fn guest_images(root: &Path, target: &Path) -> [Item; 2] {
         .env("CARGO_TARGET_DIR", &dir)
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_BUILD_RUSTFLAGS");
+    // Nor the host's profile overrides (scripts/test.sh sets some): the guest workspace's own
+    // profile builds the images, the same ones build.sh alone makes.
+    for (key, _) in env::vars_os() {
+        if key.to_string_lossy().starts_with("CARGO_PROFILE_") {
+            cmd.env_remove(&key);
+        }
+    }
     run(&mut cmd, "the guest images (guest-kernel/build.sh)");
     [
         Item {

@@ -74,7 +74,15 @@ required_kernels() {
 }
 KORE_REQUIRE_KERNELS=${KORE_REQUIRE_KERNELS:-$(required_kernels)}
 echo "== kernel paths the agreement tests must run: ${KORE_REQUIRE_KERNELS:-none}"
-RUST_TESTS=(cargo test --workspace --release --locked
+#
+# The test build leaves out two settings of the release profile (Cargo.toml) that serve the
+# binaries users run, not the tests: thin LTO across crates (each of the ~110 test binaries
+# re-optimized the engine and its dependencies again when it was linked) and debug line
+# tables. Optimization level and codegen units stay as they are; the VMM process inherits
+# the same overrides, the guest images do not (launcher/build.rs builds them with the guest
+# workspace's own profile). `cargo build --release` afterwards builds users' binaries anew.
+RUST_TESTS=(env CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=0
+    cargo test --workspace --release --locked
     --features kore-e2e/e2e,kore-tokenizer/qwen35-reference,kore-vmm/kvm-tests)
 step "building every Rust test (and target/release/kore-launch, which the suites run)"
 "${RUST_TESTS[@]}" --no-run
