@@ -76,7 +76,7 @@ KORE_REQUIRE_KERNELS=${KORE_REQUIRE_KERNELS:-$(required_kernels)}
 echo "== kernel paths the agreement tests must run: ${KORE_REQUIRE_KERNELS:-none}"
 #
 # The test build leaves out two settings of the release profile (Cargo.toml) that serve the
-# binaries users run, not the tests: thin LTO across crates (each of the ~110 test binaries
+# binaries users run, not the tests: thin LTO across crates (each of the 102 test binaries
 # re-optimized the engine and its dependencies again when it was linked) and debug line
 # tables. Optimization level and codegen units stay as they are; the VMM process inherits
 # the same overrides, the guest images do not (launcher/build.rs builds them with the guest
