@@ -2,7 +2,7 @@
 # Runs the cargo-fuzz targets of fuzz/ (every parser of untrusted input; docs/reliability.md).
 #
 #   scripts/fuzz.sh TARGET SECONDS   fuzz one target for SECONDS
-#   scripts/fuzz.sh all SECONDS      each target in turn for SECONDS (CI's short run)
+#   scripts/fuzz.sh all SECONDS      every target for SECONDS, one per core at a time (CI's)
 #   scripts/fuzz.sh list             the targets
 #
 # The committed seeds are fuzz/corpus/TARGET (read only); what a run finds is kept in
@@ -112,8 +112,23 @@ run_one() {
     fi
 }
 
-failed=0
+# `all` runs KORE_FUZZ_JOBS targets at a time (default: one per core; each fuzzer is one
+# process on one core), so CI's short run takes SECONDS x targets / jobs.
+failed=0 running=0
+jobs=${KORE_FUZZ_JOBS:-$(nproc)}
+[ "$WHAT" = all ] || jobs=1
 for t in $( [ "$WHAT" = all ] && echo $TARGETS || echo "$WHAT" ); do
-    run_one "$t" "$SECONDS_EACH" || failed=1
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n || failed=1
+        running=$((running - 1))
+    fi
+    # `|| exit 1`: run_one runs as it did in the foreground, without errexit (its checks
+    # decide the status), in a subshell of its own.
+    ( run_one "$t" "$SECONDS_EACH" || exit 1 ) &
+    running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+    wait -n || failed=1
+    running=$((running - 1))
 done
 exit $failed
