@@ -74,6 +74,8 @@ say() { echo "== $*" >&2; }
 
 # 1. llama.cpp sources and llama-bench.
 LLAMA=${LLAMA_CPP_DIR:-$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp}
+# CMake first: pip reads the sdist's metadata through scikit-build-core, which looks for it.
+command -v cmake >/dev/null || apt-get install -y -qq cmake || python3 -m pip install cmake
 if [ ! -f "$LLAMA/convert_hf_to_gguf.py" ]; then
     [ -n "${LLAMA_CPP_DIR:-}" ] && { echo "LLAMA_CPP_DIR=$LLAMA has no convert_hf_to_gguf.py" >&2; exit 1; }
     say "downloading llama-cpp-python $VERSION (sdist) from PyPI"
@@ -88,7 +90,6 @@ BUILD=${LLAMA_BUILD_DIR:-$LLAMA/build}
 BENCH=$BUILD/bin/llama-bench
 QUANTIZE=$BUILD/bin/llama-quantize
 if [ ! -x "$BENCH" ] || [ ! -x "$QUANTIZE" ]; then
-    command -v cmake >/dev/null || apt-get install -y -qq cmake || python3 -m pip install cmake
     say "building llama-bench and llama-quantize in $BUILD (Release, CPU only)"
     # shellcheck disable=SC2086 # LLAMA_CMAKE_FLAGS is a list of flags
     cmake -S "$LLAMA" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${LLAMA_CMAKE_FLAGS:--DGGML_NATIVE=ON} \
