@@ -113,16 +113,33 @@ run_one() {
 }
 
 # `all` runs KORE_FUZZ_JOBS targets at a time (default: one per core; each fuzzer is one
-# process on one core), so CI's short run takes SECONDS x targets / jobs.
-failed=0 running=0
+# process on one core), so CI's short run takes SECONDS x targets / jobs. One at a time (one
+# target, or KORE_FUZZ_JOBS=1) runs in the foreground, as a long campaign wants.
+failed=0
 jobs=${KORE_FUZZ_JOBS:-$(nproc)}
 [ "$WHAT" = all ] || jobs=1
-for t in $( [ "$WHAT" = all ] && echo $TARGETS || echo "$WHAT" ); do
+if [ "$jobs" -le 1 ]; then
+    for t in $( [ "$WHAT" = all ] && echo $TARGETS || echo "$WHAT" ); do
+        run_one "$t" "$SECONDS_EACH" || failed=1
+    done
+    exit $failed
+fi
+
+# A script's background jobs ignore SIGINT, so on INT or TERM it ends their process trees
+# itself (no fuzzer outlives a Ctrl-C).
+kill_tree() {
+    local c
+    for c in $(pgrep -P "$1"); do kill_tree "$c"; done
+    kill -TERM "$1" 2>/dev/null || true
+}
+trap 'for p in $(jobs -p); do kill_tree "$p"; done; exit 130' INT TERM
+running=0
+for t in $TARGETS; do
     if [ "$running" -ge "$jobs" ]; then
         wait -n || failed=1
         running=$((running - 1))
     fi
-    # `|| exit 1`: run_one runs as it did in the foreground, without errexit (its checks
+    # `|| exit 1`: run_one runs as it does in the foreground, without errexit (its checks
     # decide the status), in a subshell of its own.
     ( run_one "$t" "$SECONDS_EACH" || exit 1 ) &
     running=$((running + 1))
