@@ -10,7 +10,8 @@ use crate::simd::Path;
 
 /// One token of the gated delta rule on one head's state `s` (`[dk, dv]`,
 /// see [`super::generic::delta_step`]) on `path` (AVX-512 for `dv % 16 ==
-/// 0`, else the generic twin); `u` is scratch of `dv` floats, `o` receives
+/// 0`, AVX2 for `dv % 8 == 0`, else the generic twin); `u` is scratch of
+/// `dv` floats, `o` receives
 /// `S^T q` of the new state.
 ///
 /// # Panics

@@ -374,7 +374,8 @@ pub(super) unsafe fn amx_rows(
     }
 }
 
-/// [`generic::delta_step`] on `isa` (AVX-512 for `dv % 16 == 0`).
+/// [`generic::delta_step`] on `isa` (AVX-512 for `dv % 16 == 0`, AVX2 for
+/// `dv % 8 == 0`).
 pub(super) fn delta_step(
     isa: Isa,
     s: &mut [f32],
@@ -391,6 +392,21 @@ pub(super) fn delta_step(
         unsafe {
             match dv / 16 {
                 n if n % 8 == 0 => d::<8>(s, t, o),
+                n if n % 4 == 0 => d::<4>(s, t, o),
+                n if n % 2 == 0 => d::<2>(s, t, o),
+                _ => d::<1>(s, t, o),
+            }
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.0 == Path::Avx2 && dv % 8 == 0 {
+        use avx2::delta_step as d;
+        // SAFETY: AVX2 and FMA are supported (an `Isa` of the AVX2 path);
+        // shapes were checked by `kernels::delta_step_with` and each `C`
+        // divides dv / 8.
+        unsafe {
+            match dv / 8 {
                 n if n % 4 == 0 => d::<4>(s, t, o),
                 n if n % 2 == 0 => d::<2>(s, t, o),
                 _ => d::<1>(s, t, o),
