@@ -164,12 +164,12 @@ impl Prepared<'_> {
 
     /// Tokens `t0..t0 + n` of `cols` columns each.
     fn tile(&self, t0: usize, n: usize, cols: usize) -> Xs<'_> {
-        let r = t0 * cols..(t0 + n) * cols;
         match self {
-            Prepared::F32(x) => Xs::F32(&x[r]),
+            Prepared::F32(x) => Xs::F32(&x[t0 * cols..(t0 + n) * cols]),
             Prepared::Q8(q) => {
-                let g = t0 * cols / q.group..(t0 + n) * cols / q.group;
-                Xs::Q8(Q8In { q: &q.q[r], corr: &q.corr[g.clone()], scale: &q.scale[g] })
+                let (g, s) = (t0 * cols / q.group..(t0 + n) * cols / q.group, q.stride);
+                let (corr, scale) = (&q.corr[g.clone()], &q.scale[g]);
+                Xs::Q8(Q8In { q: &q.q[t0 * s..(t0 + n) * s], stride: s, corr, scale })
             }
             #[cfg(target_arch = "x86_64")]
             Prepared::Bf16(_) => unreachable!("AMX products take every token at once"),

@@ -22,6 +22,9 @@ pub(super) struct Q8 {
     /// Columns per `corr` / `scale` entry: 16 ([`Layout`]), or 4 for
     /// [`quantize_q8_lanes`].
     pub(super) group: usize,
+    /// Bytes of `q` from one token to the next: `cols`, or more for
+    /// [`Layout::BlockLanes128`] ([`Layout::stride`]).
+    pub(super) stride: usize,
     pub(super) q: Vec<i8>,
     pub(super) corr: Vec<i32>,
     pub(super) scale: Vec<f32>,
@@ -52,6 +55,19 @@ impl Layout {
     /// Columns per `corr` / `scale` entry.
     fn group(self) -> usize {
         16
+    }
+
+    /// Bytes of `q` per token for `cols` columns. The AVX2 tile reads the
+    /// same 128 bytes of each of up to 8 tokens together: with rows a
+    /// multiple of 4 KiB apart those lines all fall in one L1 set (8 ways)
+    /// and evict each other (2b and 9b have 2,048- to 12,288-column
+    /// products), so its tokens are 256 bytes more apart: the 8 tokens' lines
+    /// then take distinct sets for every such `cols`.
+    pub(super) fn stride(self, cols: usize) -> usize {
+        match self {
+            Layout::BlockLanes256 => cols,
+            Layout::BlockLanes128 => cols + 256,
+        }
     }
 
     /// The dword lane of block `b` of a full chunk (and the index of its
@@ -117,14 +133,14 @@ pub(super) fn quantize_q8(
     layout: Layout,
     simd: Option<Isa>,
 ) -> Q8 {
-    let (chunk, group) = (layout.chunk(), layout.group());
-    let mut q = vec![0i8; tokens * cols];
+    let (chunk, group, stride) = (layout.chunk(), layout.group(), layout.stride(cols));
+    let mut q = vec![0i8; tokens * stride];
     let mut corr = vec![0i32; tokens * cols / group];
     let mut scale = vec![0.0f32; tokens * cols / group];
     let full = cols / chunk * chunk;
     let mut qb = [0i8; 16];
     for t in 0..tokens {
-        let (xt, row) = (&x[t * cols..(t + 1) * cols], &mut q[t * cols..(t + 1) * cols]);
+        let (xt, row) = (&x[t * cols..(t + 1) * cols], &mut q[t * stride..t * stride + cols]);
         let groups = t * cols / group..(t + 1) * cols / group;
         let (corr, scale) = (&mut corr[groups.clone()], &mut scale[groups]);
         let mut c0 = 0;
@@ -154,7 +170,7 @@ pub(super) fn quantize_q8(
             c0 += 16;
         }
     }
-    Q8 { group, q, corr, scale }
+    Q8 { group, stride, q, corr, scale }
 }
 
 /// [`Q8`] of `x` (`[tokens, cols]`, `cols % 16 == 0`) for the int8 x int8
@@ -175,7 +191,7 @@ pub(super) fn quantize_q8_lanes(x: &[f32], tokens: usize, cols: usize) -> Q8 {
             scale[4 * b + l] = s;
         }
     }
-    Q8 { group: 4, q, corr, scale }
+    Q8 { group: 4, stride: cols, q, corr, scale }
 }
 
 /// One full chunk through the path's SIMD quantizer for `layout` (AVX-512

@@ -236,8 +236,9 @@ unsafe fn expand(p: *const u8, lut: __m256i) -> [__m256i; 4] {
 ///
 /// # Safety
 /// AVX2 and FMA must be available; `N <= TOKENS`, `cols % 16 == 0`,
-/// `packed.len() == cols / 2`, `scales.len() == cols / 16`; `x.q.len() >=
-/// N * cols`, `x.corr` and `x.scale` at least `N * cols / 16` long;
+/// `packed.len() == cols / 2`, `scales.len() == cols / 16`; `x.stride >=
+/// cols`, `x.q.len() >= (N - 1) * x.stride + cols`, `x.corr` and `x.scale`
+/// at least `N * cols / 16` long;
 /// `pre.len()` is 0 or `(cols / 128) * 8`.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn nvfp4_tile<const N: usize>(
@@ -251,12 +252,13 @@ pub(crate) unsafe fn nvfp4_tile<const N: usize>(
 ) {
     debug_assert!(N <= TOKENS && cols % 16 == 0);
     debug_assert!(packed.len() == cols / 2 && scales.len() == cols / 16);
-    debug_assert!(x.q.len() >= N * cols && x.scale.len() >= N * cols / GROUP);
+    debug_assert!(x.stride >= cols && x.q.len() >= (N - 1) * x.stride + cols);
+    debug_assert!(x.scale.len() >= N * cols / GROUP);
     debug_assert!(x.corr.len() >= N * cols / GROUP);
     debug_assert!(pre.is_empty() || pre.len() == (cols / CHUNK) * 8);
     let chunks = cols / CHUNK;
     // SAFETY: chunk c reads packed[64c..+64] and scales[8c..+8] (or
-    // pre[8c..+8]), q[t*cols + 128c..+128] and corr/scale[t*cols/16 +
+    // pre[8c..+8]), q[t*stride + 128c..+128] and corr/scale[t*cols/16 +
     // 8c..+8] for t < N: inside the slices by the preconditions.
     unsafe {
         let lut = _mm256_loadu_si256(E2M1_U8.as_ptr() as *const __m256i);
@@ -272,7 +274,7 @@ pub(crate) unsafe fn nvfp4_tile<const N: usize>(
                 _mm256_loadu_ps(pre.as_ptr().add(8 * c))
             };
             for (t, acc) in acc.iter_mut().enumerate() {
-                let q = x.q.as_ptr().add(t * cols + CHUNK * c) as *const __m256i;
+                let q = x.q.as_ptr().add(t * x.stride + CHUNK * c) as *const __m256i;
                 let g = t * cols / GROUP + 8 * c;
                 let qv = |i: usize| _mm256_loadu_si256(q.add(i));
                 let s01 = _mm256_add_epi16(

@@ -70,8 +70,11 @@ pub struct DeltaToken<'a> {
 /// them (`kernels::q8act`).
 #[derive(Clone, Copy, Debug)]
 pub struct Q8In<'a> {
-    /// int8 activations.
+    /// int8 activations, token `t`'s at `t * stride`.
     pub q: &'a [i8],
+    /// Bytes of `q` from one token to the next: `cols` for the AVX-512
+    /// kernels, `cols + 256` for the AVX2 tile (`kernels::q8act`).
+    pub stride: usize,
     /// `-OFFSET * sum(q)` per group of columns (the kernel's offset:
     /// [`NVFP4_OFFSET`] or [`Q8_OFFSET`]).
     pub corr: &'a [i32],

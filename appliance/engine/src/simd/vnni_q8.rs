@@ -58,7 +58,7 @@ pub(crate) unsafe fn q8_tile<const R: usize, const N: usize>(
     debug_assert!(R <= ROWS && N <= TOKENS && cols % Q8_GROUP == 0);
     debug_assert!(data.len() == R * cols && scales.len() == R * cols / 16);
     debug_assert!(x.q.len() >= N * cols && x.corr.len() >= N * cols / 4);
-    debug_assert!(x.scale.len() >= N * cols / 4);
+    debug_assert!(x.scale.len() >= N * cols / 4 && x.stride == cols);
     let (steps, srow) = (cols / 64, cols / 16);
     // SAFETY: step c reads data[r*cols + 64c..+64] and scales[r*srow +
     // 4c..+4] for r < R, q[t*cols + 64c..+64] and corr/scale[t*cols/4 +

@@ -117,7 +117,7 @@ pub(crate) unsafe fn nvfp4_tile<const R: usize, const N: usize>(
     debug_assert!(pre.is_empty() || pre.len() == R * (cols / CHUNK) * 16);
     debug_assert!(packed.len() == R * cols / 2 && scales.len() == R * cols / 16);
     debug_assert!(x.q.len() >= N * cols && x.corr.len() >= N * cols / GROUP);
-    debug_assert!(x.scale.len() >= N * cols / GROUP);
+    debug_assert!(x.scale.len() >= N * cols / GROUP && x.stride == cols);
     let (chunks, prow, srow) = (cols / CHUNK, cols / 2, cols / 16);
     // SAFETY: chunk c reads packed[r*prow + 128c..+128] and scales[r*srow +
     // 16c..+16] (or pre[(r*chunks + c)*16..+16]) for r < R, q[t*cols +

@@ -190,7 +190,7 @@ pub(crate) fn tail_q8(
             let sum: i32 = (c..c + 16)
                 .map(|j| {
                     let code = (packed[j / 2] >> (4 * (j % 2))) & 0xF;
-                    i32::from(E2M1_DOUBLED[code as usize]) * i32::from(x.q[t * cols + j])
+                    i32::from(E2M1_DOUBLED[code as usize]) * i32::from(x.q[t * x.stride + j])
                 })
                 .sum();
             *o += s * x.scale[(t * cols + c) / group] * sum as f32;
