@@ -11,8 +11,7 @@ use crate::simd::Path;
 /// One token of the gated delta rule on one head's state `s` (`[dk, dv]`,
 /// see [`super::generic::delta_step`]) on `path` (AVX-512 for `dv % 16 ==
 /// 0`, AVX2 for `dv % 8 == 0`, else the generic twin); `u` is scratch of
-/// `dv` floats, `o` receives
-/// `S^T q` of the new state.
+/// `dv` floats, `o` receives `S^T q` of the new state.
 ///
 /// # Panics
 /// On shape mismatches, or if `path` is not supported by this CPU.
