@@ -3,7 +3,8 @@
 
 use kore_engine::kernels::{
     bf16_activations, delta_step_with, gemm_acc_with, matmul_with, matmuls_with, permute_nvfp4,
-    permute_nvfp4_x8, q8_activations, round_bf16, round_q8, DeltaToken, Mat, MatMut, Product,
+    permute_nvfp4_x8, q8_activations, read_sum, round_bf16, round_q8, DeltaToken, Mat, MatMut,
+    Product,
 };
 use kore_engine::pool::{Parallel, Serial, ThreadPool};
 use kore_engine::simd::Path;
@@ -298,6 +299,20 @@ fn chunked_batches_equal_single_products() {
             let mut want = vec![f32::NAN; y.len()];
             matmul_with(path, &Serial, w, x, tokens, &mut want);
             assert_eq!(&want, y, "{} {} rows", path.name(), w.rows());
+        }
+        rec.ran(path);
+    }
+    rec.finish();
+}
+
+#[test]
+fn read_sum_paths_agree_with_generic() {
+    let mut rec = Paths::new("kernels_agree::read_sum_paths_agree_with_generic", true);
+    let buf: Vec<u64> = (1..=1000u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+    for path in rec.list() {
+        for n in [0, 1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 100, 1000] {
+            let want = read_sum(Path::Generic, &buf[..n]);
+            assert_eq!(read_sum(path, &buf[..n]), want, "{} over {n} words", path.name());
         }
         rec.ran(path);
     }
