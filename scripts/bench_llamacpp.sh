@@ -57,7 +57,9 @@
 # Environment: KORE_BENCH_WORK (work dir, default /work/packs/llamacpp), LLAMA_CPP_DIR,
 # LLAMA_BUILD_DIR (default $LLAMA/build), LLAMA_CMAKE_FLAGS (default -DGGML_NATIVE=ON),
 # LLAMA_CPP_PYTHON_VERSION (default 0.3.36), KORE_LAUNCH (a kore-launch binary; default:
-# `cargo build --release -p kore-launch` in this repo), KORE_BENCH_NVFP4=1. Needs python3
+# `cargo build --release -p kore-launch` in this repo), KORE_BENCH_NVFP4=1, KORE_BENCH_QUANTS
+# (the GGUF types to run, default "Q4_0 Q4_K_M"; e.g. "Q4_0" alone where a long 9b depth
+# run has time for one). Needs python3
 # with torch, numpy and transformers (the converter's imports), cmake and a C++ compiler.
 # torch: the converter imports it at the top and loads every tensor through it, so it is
 # needed; PyPI has only the CUDA build (`pip install torch`: about 4 GB with its nvidia-*
@@ -72,6 +74,13 @@ REPO=$(cd "$HERE/.." && pwd)
 WORK=${KORE_BENCH_WORK:-/work/packs/llamacpp}
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 NAME=$(basename "$PACK")
+QUANTS=${KORE_BENCH_QUANTS:-Q4_0 Q4_K_M}
+for q in $QUANTS; do
+    case $q in Q4_0 | Q4_K_M) ;; *)
+        echo "KORE_BENCH_QUANTS: $q is not one of Q4_0 Q4_K_M" >&2; exit 2 ;;
+    esac
+done
+[ -n "${QUANTS// /}" ] || { echo "KORE_BENCH_QUANTS names no GGUF type (Q4_0, Q4_K_M)" >&2; exit 2; }
 mkdir -p "$WORK"
 say() { echo "== $*" >&2; }
 
@@ -124,7 +133,7 @@ bf16() { # the BF16 GGUF, made once (only needed to quantize; it may be deleted 
 }
 ENGINES=(kore)
 declare -A GGUFS
-for q in Q4_0 Q4_K_M; do
+for q in $QUANTS; do
     out=$WORK/$NAME-$(echo "$q" | tr 'A-Z' 'a-z').gguf
     if [ ! -f "$out" ]; then
         bf16
