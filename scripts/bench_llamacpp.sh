@@ -30,7 +30,8 @@
 #    Q4_K_M (llama.cpp picks its own head type, Q6_K for a tied embedding). With
 #    KORE_BENCH_NVFP4=1 also the pack's NVFP4 weights unchanged (ModelOpt view -> GGML
 #    NVFP4, the earlier comparison). bench_llamacpp_types.py checks each GGUF's types.
-# 3. ROUNDS rounds over the engines (Kore, llama.cpp Q4_0, Q4_K_M[, NVFP4]), the order
+# 3. ROUNDS rounds over the engines (Kore, llama.cpp Q4_0, Q4_K_M or those of KORE_BENCH_QUANTS
+#    [, NVFP4]), the order
 #    reversed every round, nothing else run in between:
 #    `kore-launch bench --native --model PACK --threads T --mtp 0 --json`
 #    (prefill_tok_per_s: 512-token prompt; decode_tok_per_s: 128 tokens after it) and
@@ -74,13 +75,16 @@ REPO=$(cd "$HERE/.." && pwd)
 WORK=${KORE_BENCH_WORK:-/work/packs/llamacpp}
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 NAME=$(basename "$PACK")
-QUANTS=${KORE_BENCH_QUANTS:-Q4_0 Q4_K_M}
-for q in $QUANTS; do
+read -r -a QUANTS <<<"${KORE_BENCH_QUANTS:-Q4_0 Q4_K_M}"
+[ "${#QUANTS[@]}" -gt 0 ] || { echo "KORE_BENCH_QUANTS names no GGUF type (Q4_0, Q4_K_M)" >&2; exit 2; }
+declare -A SEEN
+for q in "${QUANTS[@]}"; do
     case $q in Q4_0 | Q4_K_M) ;; *)
         echo "KORE_BENCH_QUANTS: $q is not one of Q4_0 Q4_K_M" >&2; exit 2 ;;
     esac
+    [ -z "${SEEN[$q]:-}" ] || { echo "KORE_BENCH_QUANTS names $q twice" >&2; exit 2; }
+    SEEN[$q]=1
 done
-[ -n "${QUANTS// /}" ] || { echo "KORE_BENCH_QUANTS names no GGUF type (Q4_0, Q4_K_M)" >&2; exit 2; }
 mkdir -p "$WORK"
 say() { echo "== $*" >&2; }
 
@@ -133,7 +137,7 @@ bf16() { # the BF16 GGUF, made once (only needed to quantize; it may be deleted 
 }
 ENGINES=(kore)
 declare -A GGUFS
-for q in $QUANTS; do
+for q in "${QUANTS[@]}"; do
     out=$WORK/$NAME-$(echo "$q" | tr 'A-Z' 'a-z').gguf
     if [ ! -f "$out" ]; then
         bf16
